@@ -1,0 +1,39 @@
+# Agon: `make run` plays, `make test` checks everything, `make bench` measures.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+SHARED ?= ../shared
+SECONDS ?= 5
+
+.PHONY: run test lint bench conformance venv golden clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/agon up --demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy engine schemas services bots
+
+test: lint
+	$(VENV)/bin/pytest -q
+
+bench: $(STAMP)
+	$(VENV)/bin/agon bench playouts --seconds $(SECONDS) --json
+
+conformance: $(STAMP)
+	$(VENV)/bin/agon conformance $(SHARED)/conformance/trials/*.jsonl $(SHARED)/conformance/patterns/*.jsonl
+
+golden: $(STAMP)
+	$(PY) -m tests.golden regenerate
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

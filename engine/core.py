@@ -1,0 +1,269 @@
+"""The one contract every game implements: moves, states, outcomes and the registry.
+
+A game is a `Game` (its options and board, immutable) that makes `State`s. A state
+offers two paths: the checked one for user input (`legal_moves`, `apply`, with
+`Move` values and notation) and the unchecked one for search and playouts
+(`legal_actions`, `apply_action`, with small ints). Actions are per-game integer
+codes; `Game.move_of` / `Game.action_of` translate between the two, and sorting by
+action gives the deterministic order of `legal_moves`.
+
+Players are colours 1 and 2, as in Ludii. Only Hexade's swap makes a seat differ
+from a colour; `State.seat_of` says which seat holds a colour.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from engine.boards import Board
+
+SNAPSHOT_VERSION = 1
+
+#: Ludii's global limits (`Game.maxTurns`/`maxMoves` defaults): 1250 turns per player
+#: or 10,000 moves, after which the game ends as a draw.
+MAX_PLIES = 2500
+
+MoveKind = Literal["place", "remove", "step", "sow", "pass", "swap"]
+SOW_DIRECTIONS = ("N", "NE", "E", "SE", "S", "SW", "W", "NW")
+
+
+class InvalidMoveError(ValueError):
+    """The text is not a move of this game at all (bad notation, unknown cell)."""
+
+
+class IllegalMoveError(ValueError):
+    """The move is well-formed but the position does not allow it."""
+
+
+_CELL = r"[A-Za-z]{1,2}[0-9]{1,3}"
+_MOVE_RE = re.compile(
+    rf"^(?:(?P<remove>[xX])(?P<rcell>{_CELL})"
+    rf"|(?P<from>{_CELL})-(?P<to>{_CELL})"
+    rf"|(?P<sfrom>{_CELL})>(?P<dir>[A-Za-z]{{1,2}})"
+    rf"|(?P<place>{_CELL}))$"
+)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Move:
+    """One move in Agon notation (RULES.md §9): `C4`, `xC4`, `C4-D5`, `C4>NE`, `pass`, `swap`.
+
+    Cells are Ludii labels; a `Move` knows nothing of boards, the game resolves it.
+    """
+
+    kind: MoveKind
+    cell: str = ""
+    to: str = ""
+    direction: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> Move:
+        """Parse notation case-insensitively; raise `InvalidMoveError` if it is none."""
+        t = text.strip()
+        low = t.lower()
+        if low in ("pass", "swap"):
+            return cls(low)  # type: ignore[arg-type]
+        m = _MOVE_RE.match(t)
+        if m is None:
+            raise InvalidMoveError(f"not a move: {text!r}")
+        if m["remove"]:
+            return cls("remove", m["rcell"].upper())
+        if m["from"]:
+            return cls("step", m["from"].upper(), m["to"].upper())
+        if m["sfrom"]:
+            d = m["dir"].upper()
+            if d not in SOW_DIRECTIONS:
+                raise InvalidMoveError(f"not a move: {text!r} (unknown direction {d})")
+            return cls("sow", m["sfrom"].upper(), direction=d)
+        return cls("place", m["place"].upper())
+
+    def __str__(self) -> str:
+        if self.kind in ("pass", "swap"):
+            return self.kind
+        if self.kind == "remove":
+            return f"x{self.cell}"
+        if self.kind == "step":
+            return f"{self.cell}-{self.to}"
+        if self.kind == "sow":
+            return f"{self.cell}>{self.direction}"
+        return self.cell
+
+    def __repr__(self) -> str:
+        return f"Move.parse({str(self)!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a game ended: `winner` is a colour (1, 2) or 0 for a draw."""
+
+    winner: int
+    scores: tuple[int, int] | None
+    reason: str  # the rule that ended it, e.g. "no-moves", "all-passed", "line", "move-limit"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "winner": self.winner,
+            "scores": list(self.scores) if self.scores is not None else None,
+            "reason": self.reason,
+        }
+
+
+class State(ABC):
+    """A position. Mutable: `apply` changes it in place; `clone` copies it."""
+
+    game: Game
+    ply: int
+
+    # -- the unchecked path: ints, no validation ---------------------------------
+    @abstractmethod
+    def legal_actions(self) -> list[int]:
+        """Legal action codes, ascending; empty when terminal."""
+
+    @abstractmethod
+    def apply_action(self, action: int) -> None:
+        """Play a legal action without checking it."""
+
+    @abstractmethod
+    def clone(self) -> State: ...
+
+    # -- game facts ----------------------------------------------------------------
+    @property
+    @abstractmethod
+    def current_player(self) -> int:
+        """The colour (1 or 2) to move."""
+
+    @property
+    @abstractmethod
+    def is_terminal(self) -> bool: ...
+
+    @abstractmethod
+    def outcome(self) -> Outcome | None:
+        """The result, or None while the game goes on."""
+
+    @abstractmethod
+    def scores(self) -> tuple[int, int] | None:
+        """Ludii's scores for colours 1 and 2, or None for games without scores."""
+
+    @abstractmethod
+    def board_string(self) -> str:
+        """The board as the conformance data writes it: one char per site, or Overflow heights."""
+
+    @abstractmethod
+    def to_dict(self) -> dict[str, Any]:
+        """A compact JSON-able snapshot; `Game.state_from_dict` reads it back."""
+
+    def seat_of(self, colour: int) -> int:
+        """The seat (1 or 2) holding `colour`; only Hexade's swap exchanges them."""
+        return colour
+
+    # -- the checked path: Move values and notation --------------------------------
+    def legal_moves(self) -> list[Move]:
+        move_of = self.game.move_of
+        return [move_of(a) for a in self.legal_actions()]
+
+    def apply(self, move: Move | str) -> None:
+        """Play a move given as `Move` or text; raise if it is invalid or illegal here."""
+        m = Move.parse(move) if isinstance(move, str) else move
+        action = self.game.action_of(m)
+        if action not in self.legal_actions():
+            raise IllegalMoveError(
+                f"illegal move {m} at ply {self.ply} for player {self.current_player}"
+                f" in {self.game.name} position {self.board_string()!r}"
+            )
+        self.apply_action(action)
+
+    def render(self) -> str:
+        """The board as text rows, top row first, for terminals and golden files."""
+        text = self.board_string()
+        return self.game.board.render(text.split(",") if "," in text else list(text))
+
+
+class Game(ABC):
+    """A game with fixed options. Subclasses set `name` and `OPTIONS` and build the board."""
+
+    name: ClassVar[str]
+    #: option name -> accepted values, default first (RULES.md §8)
+    OPTIONS: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+
+    board: Board
+    options: dict[str, str]
+
+    def __init__(self, **options: object) -> None:
+        self.options = resolve_options(self.name, self.OPTIONS, options)
+
+    @abstractmethod
+    def new_initial_state(self) -> State: ...
+
+    @abstractmethod
+    def move_of(self, action: int) -> Move:
+        """The Move for an action code of this game."""
+
+    @abstractmethod
+    def action_of(self, move: Move) -> int:
+        """The action code for a Move; `InvalidMoveError` if the game has no such move."""
+
+    @abstractmethod
+    def state_from_dict(self, data: Mapping[str, Any]) -> State: ...
+
+    def site(self, label: str) -> int:
+        """The site index of a cell label, or `InvalidMoveError`."""
+        try:
+            return self.board.site(label)
+        except KeyError:
+            raise InvalidMoveError(f"{label} is not a cell of {self.board.name}") from None
+
+    def spec(self) -> dict[str, Any]:
+        return {"game": self.name, "options": dict(self.options)}
+
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"load_game({self.name!r}{', ' if opts else ''}{opts})"
+
+
+def resolve_options(
+    game: str, accepted: Mapping[str, tuple[str, ...]], given: Mapping[str, object]
+) -> dict[str, str]:
+    """Fill defaults and check names and values; the error lists what is accepted."""
+    for key in given:
+        if key not in accepted:
+            names = ", ".join(accepted) or "none"
+            raise ValueError(f"{game} has no option {key!r}; accepted: {names}")
+    out: dict[str, str] = {}
+    for key, values in accepted.items():
+        value = str(given.get(key, values[0]))
+        if value not in values:
+            raise ValueError(f"{game} option {key}={value!r} is not one of {', '.join(values)}")
+        out[key] = value
+    return out
+
+
+_REGISTRY: dict[str, Callable[..., Game]] = {}
+
+
+def register(cls: type[Game]) -> type[Game]:
+    """Class decorator adding a game to the registry under its `name`."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def game_names() -> list[str]:
+    _load_builtin_games()
+    return sorted(_REGISTRY)
+
+
+def load_game(name: str, **options: object) -> Game:
+    """The one registry: `load_game("supply-chains", board="square-8")`."""
+    _load_builtin_games()
+    try:
+        factory = _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown game {name!r}; accepted: {', '.join(sorted(_REGISTRY))}") from None
+    return factory(**options)
+
+
+def _load_builtin_games() -> None:
+    import engine.games  # noqa: F401  (registers the built-in games)
