@@ -4,9 +4,9 @@ No I/O, no asyncio, no Redis, no pydantic: everything else builds on this.
 """
 
 from engine.core import (
+    Game,
     IllegalMoveError,
     InvalidMoveError,
-    Game,
     Move,
     Outcome,
     State,

@@ -261,7 +261,9 @@ def load_game(name: str, **options: object) -> Game:
     try:
         factory = _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown game {name!r}; accepted: {', '.join(sorted(_REGISTRY))}") from None
+        raise ValueError(
+            f"unknown game {name!r}; accepted: {', '.join(sorted(_REGISTRY))}"
+        ) from None
     return factory(**options)
 
 

@@ -1,7 +1,7 @@
 """The `agon` command: one entry point, each subcommand in its own module.
 
-A subcommand module exposes `add_arguments(parser)` and `run(args) -> int`; it is
-imported only when used, so `agon conformance` never imports Redis code.
+A subcommand module exposes `add_arguments(parser)` and `run(args) -> int`. Only the
+chosen subcommand's module is imported, so `agon conformance` never loads Redis code.
 """
 
 from __future__ import annotations
@@ -13,20 +13,24 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "conformance": ("services.conformance", "replay Ludii trial and Pattern/Line verdict files"),
     "bench": ("services.benchmarks", "run a benchmark and print its figures"),
-    "play": ("services.play", "play seeded random games in the terminal"),
+    "play": ("services.play", "play seeded random games in the terminal, without Redis"),
 }
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="agon", description="Agon: games over Redis Streams")
-    sub = parser.add_subparsers(dest="command", required=True)
-    modules = {}
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    chosen = argv[0] if argv else None
+    module = None
     for name, (module_name, help_text) in SUBCOMMANDS.items():
-        module = importlib.import_module(module_name)
-        modules[name] = module
-        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:
+            module = importlib.import_module(module_name)
+            module.add_arguments(command_parser)
     args = parser.parse_args(argv)
-    return int(modules[args.command].run(args) or 0)
+    assert module is not None  # argparse has rejected any other command
+    return int(module.run(args) or 0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,127 @@
+"""`agon bench`: the engine's playout speed, printed beside Ludii's on this kind of machine.
+
+`agon bench playouts` plays seeded uniformly random games through the unchecked
+path (`legal_actions` / `apply_action`) for each row of Ludii's own benchmark
+(shared/conformance/ludii-bench.tsv) and prints playouts/s, plies/s and the ratio to
+Ludii. Each row runs in several rounds and reports the median round, since these
+machines are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from engine import Game, load_game
+
+#: The rows of ludii-bench.tsv: every game at its defaults plus the larger or variant boards.
+PLAYOUT_ROWS: list[tuple[str, dict[str, Any]]] = [
+    ("supply-chains", {}),
+    ("supplier-sabotage", {}),
+    ("overflow", {}),
+    ("teeko", {}),
+    ("hexade", {}),
+    ("supply-chains", {"board": "square-8"}),
+    ("supply-chains", {"variant": "capture-122"}),
+    ("supplier-sabotage", {"board": "square-5"}),
+    ("overflow", {"size": 8}),
+    ("overflow", {"size": 4}),
+]
+
+DEFAULT_LUDII_TSV = Path(__file__).resolve().parents[2] / "shared/conformance/ludii-bench.tsv"
+
+
+def _key(game: str, options: dict[str, Any]) -> str:
+    return f"{game} {json.dumps({k: str(v) for k, v in options.items()}, sort_keys=True)}"
+
+
+def load_ludii_figures(path: Path) -> dict[str, float]:
+    """Ludii's playouts/s per (game, options) row, or nothing when the file is absent."""
+    if not path.is_file():
+        return {}
+    with path.open() as f:
+        rows = csv.DictReader(f, delimiter="\t")
+        return {
+            _key(r["game"], json.loads(r["options"])): float(r["ludii_playouts_per_sec"])
+            for r in rows
+        }
+
+
+def time_playouts(game: Game, seconds: float, seed: int) -> tuple[int, int, float]:
+    """Random playouts for about `seconds`: (playouts, plies, elapsed seconds)."""
+    rng = random.Random(seed)
+    randrange = rng.randrange
+    playouts = plies = 0
+    start = time.perf_counter()
+    deadline = start + seconds
+    while True:
+        state = game.new_initial_state()
+        actions = state.legal_actions()
+        while actions:
+            state.apply_action(actions[randrange(len(actions))])
+            plies += 1
+            actions = state.legal_actions()
+        playouts += 1
+        now = time.perf_counter()
+        if now >= deadline:
+            return playouts, plies, now - start
+
+
+def bench_playouts(seconds: float, rounds: int = 3, seed: int = 1) -> list[dict[str, Any]]:
+    results = []
+    for name, options in PLAYOUT_ROWS:
+        game = load_game(name, **options)
+        time_playouts(game, min(0.2, seconds / 10), seed)  # warm caches and tables
+        rates = []
+        for r in range(rounds):
+            playouts, plies, elapsed = time_playouts(game, seconds / rounds, seed + r)
+            rates.append((playouts / elapsed, plies / elapsed))
+        playouts_rate = statistics.median(p for p, _ in rates)
+        plies_rate = statistics.median(q for _, q in rates)
+        results.append(
+            {
+                "game": name,
+                "options": {k: str(v) for k, v in options.items()},
+                "playouts_per_sec": round(playouts_rate, 2),
+                "plies_per_sec": round(plies_rate, 1),
+            }
+        )
+    return results
+
+
+def print_playout_table(results: list[dict[str, Any]], ludii: dict[str, float]) -> None:
+    header = ("game", "options", "playouts/s", "plies/s", "Ludii", "ratio")
+    print("{:<18} {:<24} {:>11} {:>11} {:>8} {:>7}".format(*header))
+    for r in results:
+        base = ludii.get(_key(r["game"], r["options"]))
+        ratio = f"{r['playouts_per_sec'] / base:6.1f}x" if base else "    n/a"
+        opts = json.dumps(r["options"]) if r["options"] else "defaults"
+        base_text = f"{base:8.1f}" if base else "     n/a"
+        print(
+            f"{r['game']:<18} {opts:<24} {r['playouts_per_sec']:>11.1f}"
+            f" {r['plies_per_sec']:>11.0f} {base_text} {ratio}"
+        )
+    if not ludii:
+        print("(Ludii's figures come from ../shared/conformance/ludii-bench.tsv, absent here)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("which", choices=["playouts"], help="what to measure")
+    parser.add_argument("--seconds", type=float, default=5.0, help="time per row")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per row; the median counts")
+    parser.add_argument("--ludii", type=Path, default=DEFAULT_LUDII_TSV)
+    parser.add_argument("--json", action="store_true", help="also print a JSON array, last line")
+
+
+def run(args: argparse.Namespace) -> int:
+    results = bench_playouts(args.seconds, args.rounds)
+    print_playout_table(results, load_ludii_figures(args.ludii))
+    if args.json:
+        print(json.dumps(results))
+    return 0

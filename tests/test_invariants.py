@@ -1,0 +1,88 @@
+"""Random-simulation invariants over every game and option family (no Redis).
+
+For seeded random games: legal actions are unique and ascending and empty exactly
+when the state is terminal; notation and action codes round-trip; a clone evolves
+identically; a snapshot round-trips through JSON; the checked path refuses an
+illegal move and leaves the state as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from engine import IllegalMoveError, InvalidMoveError, Move, State, load_game
+from tests.families import family_id, option_families
+
+FAMILIES = option_families()
+GAMES_PER_FAMILY = 3
+
+
+def _snapshot(state: State) -> str:
+    return json.dumps(state.to_dict(), sort_keys=True)
+
+
+def _check_position(state: State) -> None:
+    game = state.game
+    actions = state.legal_actions()
+    assert actions == sorted(set(actions)), "legal actions must be unique and ascending"
+    assert (not actions) == state.is_terminal, "terminal exactly when there is no legal move"
+    assert (state.outcome() is not None) == state.is_terminal
+    moves = state.legal_moves()
+    assert [game.action_of(m) for m in moves] == actions
+    for move in moves:
+        assert Move.parse(str(move)) == move
+        assert Move.parse(str(move).lower()) == move, "parsing is case-insensitive"
+
+
+@pytest.mark.parametrize(("name", "options"), FAMILIES, ids=[family_id(*f) for f in FAMILIES])
+def test_random_games_keep_invariants(name: str, options: dict[str, str]) -> None:
+    game = load_game(name, **options)
+    for seed in range(GAMES_PER_FAMILY):
+        rng = random.Random(seed)
+        state = game.new_initial_state()
+        shadow: State | None = None
+        fork_at = rng.randrange(1, 30)
+        while True:
+            _check_position(state)
+            restored = game.state_from_dict(json.loads(json.dumps(state.to_dict())))
+            assert _snapshot(restored) == _snapshot(state)
+            assert restored.legal_actions() == state.legal_actions()
+            if state.is_terminal:
+                break
+            if state.ply == fork_at:
+                shadow = state.clone()
+            action = rng.choice(state.legal_actions())
+            state.apply_action(action)
+            if shadow is not None:
+                shadow.apply(game.move_of(action))
+                assert _snapshot(shadow) == _snapshot(state), "a clone evolves identically"
+        outcome = state.outcome()
+        assert outcome is not None and outcome.winner in (0, 1, 2)
+
+
+@pytest.mark.parametrize("name", sorted({f[0] for f in FAMILIES}))
+def test_checked_apply_rejects_and_changes_nothing(name: str) -> None:
+    state = load_game(name).new_initial_state()
+    before = _snapshot(state)
+    with pytest.raises(InvalidMoveError):
+        state.apply("Z99")
+    with pytest.raises(InvalidMoveError):
+        state.apply("not a move")
+    legal = {str(m) for m in state.legal_moves()}
+    candidates = ["pass", "swap", "xA1", "A1-A2", "A1>N", "A1"]
+    illegal = next(c for c in candidates if c not in legal)
+    with pytest.raises((IllegalMoveError, InvalidMoveError)):
+        state.apply(illegal)
+    assert _snapshot(state) == before
+
+
+def test_unknown_game_and_option_name_what_is_accepted() -> None:
+    with pytest.raises(ValueError, match=r"accepted: .*supply-chains"):
+        load_game("chess")
+    with pytest.raises(ValueError, match="accepted: board"):
+        load_game("supply-chains", colour="red")
+    with pytest.raises(ValueError, match="hex-3-5"):
+        load_game("supply-chains", board="hex-9-9")
