@@ -23,7 +23,7 @@ from typing import Any
 
 from engine import Game, State, load_game
 from engine.boards import Board
-from engine.pattern import check_pattern_file
+from engine.pattern import check_pattern_lines
 
 _ADD = re.compile(r"^Add@(\d+)$")
 _REMOVE = re.compile(r"^Remove@(\d+)$")
@@ -43,12 +43,12 @@ def translate(board: Board, ludii: str) -> str:
     if m := _MOVE.match(ludii):
         to = label[int(m[2])]
         return to if m[1].startswith("H") else f"{label[int(m[1])]}-{to}"
-    if m := _SELECT.match(ludii):
-        frm, to = int(m[1]), int(m[2])
-        if frm == to:  # Supplier Sabotage's removal: a Select with only `from`
+    if sel := _SELECT.match(ludii):
+        frm, dest = int(sel[1]), int(sel[2])
+        if frm == dest:  # Supplier Sabotage's removal: a Select with only `from`
             return "x" + label[frm]
         for direction in board.directions("adjacent"):
-            if board.step("adjacent", direction)[frm] == to:
+            if board.step("adjacent", direction)[frm] == dest:
                 return f"{label[frm]}>{direction}"
     raise ValueError(f"unknown Ludii move text {ludii!r}")
 
@@ -147,7 +147,8 @@ def check_file(path: Path) -> FileResult:
     """A trial or a verdict file, told apart by the first record."""
     first = next(_lines(path), None)
     if first is not None and ("walk" in first or "line" in first):
-        passed, failed, mismatch = check_pattern_file(path)
+        with path.open() as f:
+            passed, failed, mismatch = check_pattern_lines(f)
         return FileResult(str(path), passed, failed, mismatch)
     return check_trial_file(path)
 
