@@ -1,5 +1,5 @@
 """The built-in games; importing this package registers them."""
 
-from engine.games import hexade, overflow, supplier_sabotage, supply_chains, teeko
+from . import hexade, overflow, supplier_sabotage, supply_chains, teeko
 
 __all__ = ["hexade", "overflow", "supplier_sabotage", "supply_chains", "teeko"]
