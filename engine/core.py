@@ -209,6 +209,16 @@ class Game(ABC):
     @abstractmethod
     def state_from_dict(self, data: Mapping[str, Any]) -> State: ...
 
+    def check_snapshot(self, data: Mapping[str, Any]) -> None:
+        """Refuse a snapshot of another game, version or option set, naming what it holds."""
+        if data.get("version") != SNAPSHOT_VERSION or data.get("game") != self.name:
+            raise ValueError(
+                f"not a {self.name} snapshot of version {SNAPSHOT_VERSION}:"
+                f" game={data.get('game')!r} version={data.get('version')!r}"
+            )
+        if dict(data.get("options", {})) != self.options:
+            raise ValueError(f"snapshot options {data.get('options')} differ from {self.options}")
+
     def site(self, label: str) -> int:
         """The site index of a cell label, or `InvalidMoveError`."""
         try:

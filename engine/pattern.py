@@ -263,3 +263,30 @@ def check_pattern_lines(lines: Iterable[str]) -> PatternCheck:
                 + load_board(record["board"]).render(list(record["position"]))
             )
     return PatternCheck(passed, failed, first)
+
+
+def pattern_masks(table: PatternTable) -> tuple[tuple[int, ...], ...]:
+    """Per site, each alternative of a compiled walk as a bitmask over sites.
+
+    With a colour's pieces as a bitmask `bits` holding the site, the walk succeeds from
+    the site when `bits & m == m` for some `m`: one int test per alternative.
+    """
+    return tuple(tuple(sum(1 << t for t in alt) for alt in alts) for alts in table)
+
+
+def line_masks(table: LineTable, n: int) -> tuple[tuple[int, ...], ...]:
+    """Per site, every window of `n` consecutive sites on one axis through it, as a bitmask.
+
+    A contiguous run of at least `n` through the site (Ludii's `is Line n`, not exact)
+    always covers one of these windows, and a covered window is such a run.
+    """
+    out = []
+    for s, axes in enumerate(table):
+        windows = []
+        for ahead, behind in axes:
+            line = [*reversed(behind[: n - 1]), s, *ahead[: n - 1]]
+            at = min(len(behind), n - 1)  # where s sits in `line`
+            for start in range(max(0, at - n + 1), min(at, len(line) - n) + 1):
+                windows.append(sum(1 << t for t in line[start : start + n]))
+        out.append(tuple(windows))
+    return tuple(out)

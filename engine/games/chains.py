@@ -20,7 +20,7 @@ from functools import cache
 from typing import Any
 
 from engine.boards import Board, Relation, load_board
-from engine.core import SNAPSHOT_VERSION, Game, InvalidMoveError, Move, State
+from engine.core import Game, InvalidMoveError, Move, State
 
 #: One chain: (its cells, its halo = the cells next to it that are not in it), as masks.
 Chain = tuple[int, int]
@@ -348,15 +348,9 @@ class ChainsGame(Game):
     def warehouses(self, pieces: int) -> int:
         """The warehouses among one player's pieces (the rule differs per game)."""
 
-    def check_snapshot(self, data: Mapping[str, Any]) -> tuple[int, int]:
+    def snapshot_pieces(self, data: Mapping[str, Any]) -> tuple[int, int]:
         """Validate a snapshot's header and board; return the two colours' piece masks."""
-        if data.get("version") != SNAPSHOT_VERSION or data.get("game") != self.name:
-            raise ValueError(
-                f"not a {self.name} snapshot of version {SNAPSHOT_VERSION}:"
-                f" game={data.get('game')!r} version={data.get('version')!r}"
-            )
-        if dict(data.get("options", {})) != self.options:
-            raise ValueError(f"snapshot options {data.get('options')} differ from {self.options}")
+        self.check_snapshot(data)
         text = str(data["board"])
         if len(text) != self.n or set(text) - set(".12"):
             raise ValueError(f"snapshot board {text!r} does not fit {self.board.name}")

@@ -69,7 +69,7 @@ class SupplierSabotage(ChainsGame):
         return state
 
     def state_from_dict(self, data: Mapping[str, Any]) -> SupplierSabotageState:
-        p1, p2 = self.check_snapshot(data)
+        p1, p2 = self.snapshot_pieces(data)
         state = SupplierSabotageState(self)
         state.init_board(p1, p2)
         state.mover = int(data["mover"])

@@ -64,7 +64,7 @@ class SupplyChains(ChainsGame):
         return state
 
     def state_from_dict(self, data: Mapping[str, Any]) -> SupplyChainsState:
-        p1, p2 = self.check_snapshot(data)
+        p1, p2 = self.snapshot_pieces(data)
         state = SupplyChainsState(self)
         state.init_board(p1, p2)
         state.mover = int(data["mover"])
