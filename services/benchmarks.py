@@ -3,8 +3,9 @@
 `agon bench playouts` plays seeded uniformly random games through the unchecked
 path (`legal_actions` / `apply_action`) for each row of Ludii's own benchmark
 (shared/conformance/ludii-bench.tsv) and prints playouts/s, plies/s and the ratio to
-Ludii. Each row runs in several rounds and reports the median round, since these
-machines are noisy.
+Ludii. Teeko and Hexade rows also report the batched numpy engines (engine/batch),
+which are tested to agree with the single-game rules move for move. Each row runs in
+several rounds and reports the median round, since these machines are noisy.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import Game, load_game
+from engine.batch import BATCHED_GAMES, batched_playouts_per_sec
 
 #: The rows of ludii-bench.tsv: every game at its defaults plus the larger or variant boards.
 PLAYOUT_ROWS: list[tuple[str, dict[str, Any]]] = [
@@ -82,30 +84,38 @@ def bench_playouts(seconds: float, rounds: int = 3, seed: int = 1) -> list[dict[
         for r in range(rounds):
             playouts, plies, elapsed = time_playouts(game, seconds / rounds, seed + r)
             rates.append((playouts / elapsed, plies / elapsed))
-        playouts_rate = statistics.median(p for p, _ in rates)
-        plies_rate = statistics.median(q for _, q in rates)
-        results.append(
-            {
-                "game": name,
-                "options": {k: str(v) for k, v in options.items()},
-                "playouts_per_sec": round(playouts_rate, 2),
-                "plies_per_sec": round(plies_rate, 1),
-            }
-        )
+        row: dict[str, Any] = {
+            "game": name,
+            "options": {k: str(v) for k, v in options.items()},
+            "playouts_per_sec": round(statistics.median(p for p, _ in rates), 2),
+            "plies_per_sec": round(statistics.median(q for _, q in rates), 1),
+        }
+        if name in BATCHED_GAMES:
+            batched = [
+                batched_playouts_per_sec(name, options, seconds / rounds, seed + r)
+                for r in range(rounds)
+            ]
+            row["batched_playouts_per_sec"] = round(statistics.median(p for p, _ in batched), 2)
+            row["batched_plies_per_sec"] = round(statistics.median(q for _, q in batched), 1)
+        results.append(row)
     return results
 
 
 def print_playout_table(results: list[dict[str, Any]], ludii: dict[str, float]) -> None:
-    header = ("game", "options", "playouts/s", "plies/s", "Ludii", "ratio")
-    print("{:<18} {:<24} {:>11} {:>11} {:>8} {:>7}".format(*header))
+    header = ("game", "options", "playouts/s", "plies/s", "Ludii", "ratio", "batched", "ratio")
+    print("{:<18} {:<26} {:>11} {:>11} {:>8} {:>8} {:>10} {:>8}".format(*header))
     for r in results:
         base = ludii.get(_key(r["game"], r["options"]))
-        ratio = f"{r['playouts_per_sec'] / base:6.1f}x" if base else "    n/a"
+        batched = r.get("batched_playouts_per_sec")
+
+        def ratio(rate: float | None, base: float | None = base) -> str:
+            return f"{rate / base:.1f}x" if rate and base else "-"
+
         opts = json.dumps(r["options"]) if r["options"] else "defaults"
-        base_text = f"{base:8.1f}" if base else "     n/a"
         print(
-            f"{r['game']:<18} {opts:<24} {r['playouts_per_sec']:>11.1f}"
-            f" {r['plies_per_sec']:>11.0f} {base_text} {ratio}"
+            f"{r['game']:<18} {opts:<26} {r['playouts_per_sec']:>11.1f}"
+            f" {r['plies_per_sec']:>11.0f} {base or '-':>8} {ratio(r['playouts_per_sec']):>8}"
+            f" {f'{batched:.1f}' if batched else '-':>10} {ratio(batched):>8}"
         )
     if not ludii:
         print("(Ludii's figures come from ../shared/conformance/ludii-bench.tsv, absent here)")
