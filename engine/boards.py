@@ -106,6 +106,21 @@ class Board:
                 f" supported: {', '.join(self._directions[relation])}"
             ) from None
 
+    def ray(self, relation: Relation, direction: str, site: int) -> tuple[int, ...]:
+        """Ludii's radial: the sites straight on from `site` in one direction, to the edge.
+
+        On every board here a (non-strict) step in a direction continues the same straight
+        line, so Ludii's "smallest bend" choice is simply the next step; like Ludii's cycle
+        guard, the ray stops before it would revisit a site.
+        """
+        table = self.step(relation, direction)
+        ray: list[int] = []
+        cur = table[site]
+        while cur >= 0 and cur != site and cur not in ray:
+            ray.append(cur)
+            cur = table[cur]
+        return tuple(ray)
+
     def render(self, values: Sequence[str]) -> str:
         """Draw one token per site as text, top row first, cells placed by their x centre.
 

@@ -117,6 +117,10 @@ class State(ABC):
 
     game: Game
     ply: int
+    #: the colour (1 or 2) to move
+    mover: int
+    #: the rule that ended the game (`Outcome.reason`), "" while it goes on
+    reason: str
 
     # -- the unchecked path: ints, no validation ---------------------------------
     @abstractmethod
@@ -132,13 +136,13 @@ class State(ABC):
 
     # -- game facts ----------------------------------------------------------------
     @property
-    @abstractmethod
     def current_player(self) -> int:
         """The colour (1 or 2) to move."""
+        return self.mover
 
     @property
-    @abstractmethod
-    def is_terminal(self) -> bool: ...
+    def is_terminal(self) -> bool:
+        return bool(self.reason)
 
     @abstractmethod
     def outcome(self) -> Outcome | None:
@@ -155,6 +159,15 @@ class State(ABC):
     @abstractmethod
     def to_dict(self) -> dict[str, Any]:
         """A compact JSON-able snapshot; `Game.state_from_dict` reads it back."""
+
+    def snapshot_header(self) -> dict[str, Any]:
+        """The fields every snapshot starts with; `Game.check_snapshot` checks them."""
+        return {
+            "version": SNAPSHOT_VERSION,
+            "game": self.game.name,
+            "options": dict(self.game.options),
+            "ply": self.ply,
+        }
 
     def seat_of(self, colour: int) -> int:
         """The seat (1 or 2) holding `colour`; only Hexade's swap exchanges them."""
@@ -218,6 +231,14 @@ class Game(ABC):
             )
         if dict(data.get("options", {})) != self.options:
             raise ValueError(f"snapshot options {data.get('options')} differ from {self.options}")
+
+    def snapshot_board(self, data: Mapping[str, Any]) -> str:
+        """Check a snapshot's header and its board (`.`, `1`, `2` per site); return the board."""
+        self.check_snapshot(data)
+        text = str(data["board"])
+        if len(text) != self.board.num_sites or set(text) - set(".12"):
+            raise ValueError(f"snapshot board {text!r} does not fit {self.board.name}")
+        return text
 
     def site(self, label: str) -> int:
         """The site index of a cell label, or `InvalidMoveError`."""

@@ -2,10 +2,11 @@
 
 `is_pattern` and `is_line` follow Ludii's `IsPattern` / `IsLine` step by step (RULES.md §6, §6b)
 and are the reference. `compile_pattern` and `compile_lines` turn a walk or the board's lines
-into per-site tuples of sites once, so a game's end test is a few tuple lookups:
-`any(all(occ[t] == p for t in alt) for alt in table[s])`. Occupants are ints per site: 0 empty,
-otherwise the piece type (1, 2), which is what both ludemes match on. `check_pattern_lines`
-replays Ludii's recorded verdicts (`conformance/patterns/*.jsonl`) through both forms.
+into per-site tuples of sites once (`pattern_at` and `line_at` read them), and `pattern_masks`
+and `line_masks` turn those into per-site bitmasks, so a game's end test through one site is a
+few `bits & m == m` tests. Occupants are ints per site: 0 empty, otherwise the piece type
+(1, 2), which is what both ludemes match on. `check_pattern_lines` replays Ludii's recorded
+verdicts (`conformance/patterns/*.jsonl`) through the reference and the compiled tables.
 """
 
 from __future__ import annotations
@@ -45,25 +46,37 @@ def _turn(board: Board, direction: str, clockwise: bool) -> str:
             return COMPASS16[i]
 
 
-def _walk(board: Board, steps: Sequence[str], site: int, start: str) -> list[int] | None:
-    """The sites each `F` reaches from `site` heading `start`, or None if one leaves the board.
+def headings(board: Board, steps: Sequence[str], start: str) -> list[str]:
+    """The direction each `F` of a parsed walk steps in, setting out towards `start`.
 
-    `F` uses the non-strict table, as `IsPattern` takes any cell step in the direction: on
-    triangular tilings that can be a corner neighbour. `B` is accepted and, as in Ludii, ignored.
+    `R`/`L` turn to the next supported orthogonal direction; `B` is accepted and, as in
+    Ludii, ignored. Both the site walk here and Supplier Sabotage's bitboard walk use this.
     """
     direction = start
-    cur = site
-    visited: list[int] = []
+    out: list[str] = []
     for step in steps:
         if step == "F":
-            cur = board.step("orthogonal", direction)[cur]
-            if cur < 0:
-                return None
-            visited.append(cur)
+            out.append(direction)
         elif step == "R":
             direction = _turn(board, direction, clockwise=True)
         elif step == "L":
             direction = _turn(board, direction, clockwise=False)
+    return out
+
+
+def _walk(board: Board, steps: Sequence[str], site: int, start: str) -> list[int] | None:
+    """The sites each `F` reaches from `site` heading `start`, or None if one leaves the board.
+
+    `F` uses the non-strict table, as `IsPattern` takes any cell step in the direction: on
+    triangular tilings that can be a corner neighbour.
+    """
+    cur = site
+    visited: list[int] = []
+    for direction in headings(board, steps, start):
+        cur = board.step("orthogonal", direction)[cur]
+        if cur < 0:
+            return None
+        visited.append(cur)
     return visited
 
 
@@ -110,33 +123,11 @@ def pattern_at(table: PatternTable, site: int, occupant: Sequence[int]) -> bool:
     what = occupant[site]
     if what == 0:
         return False
-    # explicit loops: this runs once per placed piece in playouts, generators cost ~2x here
-    for alt in table[site]:
-        for t in alt:
-            if occupant[t] != what:
-                break
-        else:
-            return True
-    return False
+    return any(all(occupant[t] == what for t in alt) for alt in table[site])
 
 
 def _opposite(direction: str) -> str:
     return COMPASS16[(COMPASS16.index(direction) + 8) % 16]
-
-
-def _ray(board: Board, site: int, direction: str) -> tuple[int, ...]:
-    """Ludii's radial: straight on in one adjacent direction until the board ends.
-
-    On every board here the step in a direction continues the same straight line, so Ludii's
-    "smallest bend" choice is simply the next step; the cycle guard mirrors its own.
-    """
-    table = board.step("adjacent", direction)
-    ray: list[int] = []
-    cur = table[site]
-    while cur >= 0 and cur != site and cur not in ray:
-        ray.append(cur)
-        cur = table[cur]
-    return tuple(ray)
 
 
 def _axes(board: Board) -> list[tuple[str, str]]:
@@ -155,12 +146,13 @@ def compile_lines(board: Board) -> LineTable:
     """Per site, per axis of the adjacent directions, its two rays (nearest site first)."""
     axes = _axes(board)
     return tuple(
-        tuple((_ray(board, s, d), _ray(board, s, opp)) for d, opp in axes)
+        tuple((board.ray("adjacent", d, s), board.ray("adjacent", opp, s)) for d, opp in axes)
         for s in range(board.num_sites)
     )
 
 
 def _run(ray: tuple[int, ...], occupant: Sequence[int], what: int) -> int:
+    """How many sites of `ray`, from its start, hold `what` in a row."""
     n = 0
     for t in ray:
         if occupant[t] != what:
@@ -174,19 +166,10 @@ def line_at(table: LineTable, n: int, site: int, occupant: Sequence[int]) -> boo
     what = occupant[site]
     if what == 0:
         return False
-    for ray, back in table[site]:
-        count = 1
-        for t in ray:
-            if occupant[t] != what:
-                break
-            count += 1
-        for t in back:
-            if occupant[t] != what:
-                break
-            count += 1
-        if count >= n:
-            return True
-    return False
+    return any(
+        1 + _run(ahead, occupant, what) + _run(behind, occupant, what) >= n
+        for ahead, behind in table[site]
+    )
 
 
 def is_line(board: Board, n: int, site: int, occupant: Sequence[int]) -> bool:
@@ -197,8 +180,8 @@ def is_line(board: Board, n: int, site: int, occupant: Sequence[int]) -> bool:
     if what == 0:
         return False
     for d, opp in _axes(board):
-        count = 1 + _run(_ray(board, site, d), occupant, what)
-        count += _run(_ray(board, site, opp), occupant, what)
+        count = 1 + _run(board.ray("adjacent", d, site), occupant, what)
+        count += _run(board.ray("adjacent", opp, site), occupant, what)
         if count >= n:
             return True
     return False
@@ -230,7 +213,10 @@ def _problem(record: Mapping[str, Any]) -> str | None:
         fast = [s for s in sites if line_at(compile_lines(board), n, s, occupant)]
     labels = board.labels
     if ref != fast:
-        return f"compiled form true at {[labels[s] for s in fast]}, reference at {ref}"
+        return (
+            f"compiled form true at {[labels[s] for s in fast]},"
+            f" reference at {[labels[s] for s in ref]}"
+        )
     expected = set(record["true_sites"])
     if set(ref) == expected:
         return None

@@ -17,7 +17,7 @@ import json
 import re
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +55,12 @@ def translate(board: Board, ludii: str) -> str:
 
 @dataclass
 class FileResult:
+    """One file's count of checks passed and failed, and its first mismatch ("" if none)."""
+
     path: str
     passed: int = 0
     failed: int = 0
     first_mismatch: str = ""
-    notes: list[str] = field(default_factory=list)
 
     def fail(self, message: str) -> None:
         self.failed += 1

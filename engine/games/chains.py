@@ -20,7 +20,8 @@ from functools import cache
 from typing import Any
 
 from engine.boards import Board, Relation, load_board
-from engine.core import Game, InvalidMoveError, Move, State
+from engine.core import Game, InvalidMoveError, Move, Outcome, State
+from engine.pattern import headings, parse_walk
 
 #: One chain: (its cells, its halo = the cells next to it that are not in it), as masks.
 Chain = tuple[int, int]
@@ -51,26 +52,20 @@ def walk_offsets(board: Board, walk: str) -> tuple[tuple[Offset, ...], ...]:
     """The sites an `(is Pattern {walk})` visits, as offsets from `from`, per start direction.
 
     RULES.md §6: every supported orthogonal direction is a start direction (rotations, no
-    reflections); `F` steps and visits a site, `R`/`L` turn to the next supported
-    orthogonal direction clockwise/anticlockwise. Visits of `from` itself are dropped:
-    they always match.
+    reflections), and the walk turns as `engine.pattern.headings` says. Visits of `from`
+    itself are dropped: they always match.
     """
-    dirs = board.directions("orthogonal")
-    step = lattice_offsets(board, "orthogonal")
+    steps = parse_walk(walk)
+    offset = lattice_offsets(board, "orthogonal")
     out = []
-    for start in range(len(dirs)):
-        d, row, col = start, 0, 0
+    for start in board.directions("orthogonal"):
+        row = col = 0
         seen: list[Offset] = []
-        for token in walk.split():
-            if token == "F":
-                dr, dc = step[dirs[d]]
-                row, col = row + dr, col + dc
-                if (row, col) != (0, 0) and (row, col) not in seen:
-                    seen.append((row, col))
-            elif token in ("R", "L"):
-                d = (d + (1 if token == "R" else -1)) % len(dirs)
-            else:
-                raise ValueError(f"unknown Pattern step {token!r} in {walk!r}")
+        for heading in headings(board, steps, start):
+            dr, dc = offset[heading]
+            row, col = row + dr, col + dc
+            if (row, col) != (0, 0) and (row, col) not in seen:
+                seen.append((row, col))
         out.append(tuple(seen))
     return tuple(out)
 
@@ -350,10 +345,7 @@ class ChainsGame(Game):
 
     def snapshot_pieces(self, data: Mapping[str, Any]) -> tuple[int, int]:
         """Validate a snapshot's header and board; return the two colours' piece masks."""
-        self.check_snapshot(data)
-        text = str(data["board"])
-        if len(text) != self.n or set(text) - set(".12"):
-            raise ValueError(f"snapshot board {text!r} does not fit {self.board.name}")
+        text = self.snapshot_board(data)
         bit = self.bit
         p1 = sum(bit[s] for s, ch in enumerate(text) if ch == "1")
         p2 = sum(bit[s] for s, ch in enumerate(text) if ch == "2")
@@ -373,8 +365,6 @@ class ChainsState(State):
     pieces: list[int]
     wh: list[int]
     chains: list[list[Chain]]
-    mover: int
-    reason: str
     _legal: list[int] | None
     _deficits: list[int] | None
 
@@ -419,13 +409,16 @@ class ChainsState(State):
         self.chains[colour] = remove_from_chains(self.chains[colour], bit, game.shifts, game.valid)
 
     # -- chain accounting ------------------------------------------------------------------
+    def suppliers(self, colour: int) -> int:
+        """Mask of the colour's suppliers: its pieces that are not warehouses."""
+        return self.pieces[colour] & ~self.wh[colour]
+
     def deficit_warehouses(self, colour: int) -> int:
         """Mask of the colour's warehouses whose chain has fewer suppliers around than them."""
         wh = self.wh[colour]
         if not wh:
             return 0
-        other = 3 - colour
-        suppliers = self.pieces[other] & ~self.wh[other]
+        suppliers = self.suppliers(3 - colour)
         out = 0
         for cells, halo in self.chains[colour]:
             w = cells & wh
@@ -443,8 +436,7 @@ class ChainsState(State):
     def chain_surpluses(self, colour: int) -> Iterator[tuple[int, int]]:
         """(cells, surplus) for each chain of the colour."""
         wh = self.wh[colour]
-        other = 3 - colour
-        suppliers = self.pieces[other] & ~self.wh[other]
+        suppliers = self.suppliers(3 - colour)
         for cells, halo in self.chains[colour]:
             yield cells, (halo & suppliers).bit_count() - (cells & wh).bit_count()
 
@@ -471,8 +463,7 @@ class ChainsState(State):
         sites = game.grid.sites
         chains = []
         for colour in (1, 2):
-            other = 3 - colour
-            suppliers = self.pieces[other] & ~self.wh[other]
+            suppliers = self.suppliers(3 - colour)
             for cells, halo in self.chains[colour]:
                 chains.append(
                     ChainInfo(
@@ -483,10 +474,11 @@ class ChainsState(State):
                     )
                 )
         chains.sort(key=lambda c: c.cells[0])
+        deficits = self.deficits()
         return ChainsDisplay(
             game.board.labels,
             tuple(chains),
-            (tuple(sites(self.deficits()[1])), tuple(sites(self.deficits()[2]))),
+            (tuple(sites(deficits[1])), tuple(sites(deficits[2]))),
             tuple(self.surplus_values()),
         )
 
@@ -506,13 +498,18 @@ class ChainsState(State):
         return game.grid.sites(game.valid & ~(self.pieces[1] | self.pieces[2] | forbidden))
 
     def removals(self, mask: int) -> list[int]:
+        """Removing each piece of `mask`, as actions."""
         n = self.game.n
         return [n + s for s in self.game.grid.sites(mask)]
 
-    @property
-    def current_player(self) -> int:
-        return self.mover
+    # -- results -----------------------------------------------------------------------------
+    def outcome(self) -> Outcome | None:
+        """Most warehouses (as `scores` counts them) wins; the move limit is always a draw."""
+        if not self.reason:
+            return None
+        s1, s2 = self.scores()
+        winner = 0 if self.reason == "move-limit" else 1 if s1 > s2 else 2 if s2 > s1 else 0
+        return Outcome(winner, (s1, s2), self.reason)
 
-    @property
-    def is_terminal(self) -> bool:
-        return bool(self.reason)
+    @abstractmethod
+    def scores(self) -> tuple[int, int]: ...

@@ -17,10 +17,9 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any, NamedTuple
 
-from engine.boards import Board, load_board
+from engine.boards import Board, Relation, load_board
 from engine.core import (
     MAX_PLIES,
-    SNAPSHOT_VERSION,
     Game,
     InvalidMoveError,
     Move,
@@ -73,17 +72,8 @@ def _all_distances(board: Board, site: int) -> list[int]:
 
 def _radials(board: Board, site: int) -> list[tuple[int, ...]]:
     """The 12 `All` radials from `site`: orthogonal then diagonal, each up to the edge."""
-    out = []
-    for relation in ("orthogonal", "diagonal"):
-        for d in board.directions(relation):
-            table = board.step(relation, d)
-            ray = []
-            t = table[site]
-            while t >= 0:
-                ray.append(t)
-                t = table[t]
-            out.append(tuple(ray))
-    return out
+    relations: tuple[Relation, ...] = ("orthogonal", "diagonal")
+    return [board.ray(r, d, site) for r in relations for d in board.directions(r)]
 
 
 @cache
@@ -162,10 +152,7 @@ class Hexade(Game):
         raise InvalidMoveError(f"{move} is not a Hexade move (place C4, swap, or pass)")
 
     def state_from_dict(self, data: Mapping[str, Any]) -> HexadeState:
-        self.check_snapshot(data)
-        board = str(data["board"])
-        if len(board) != self.n or set(board) - set(".12"):
-            raise ValueError(f"snapshot board {board!r} does not fit {self.board.name}")
+        board = self.snapshot_board(data)
         return HexadeState(
             self,
             [".12".index(ch) for ch in board],
@@ -282,14 +269,6 @@ class HexadeState(State):
         return twin
 
     # -- game facts ----------------------------------------------------------------------
-    @property
-    def current_player(self) -> int:
-        return self.mover
-
-    @property
-    def is_terminal(self) -> bool:
-        return bool(self.reason)
-
     def outcome(self) -> Outcome | None:
         if not self.reason:
             return None
@@ -303,10 +282,7 @@ class HexadeState(State):
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "version": SNAPSHOT_VERSION,
-            "game": self.game.name,
-            "options": {},
-            "ply": self.ply,
+            **self.snapshot_header(),
             "mover": self.mover,
             "swapped": self.swapped,
             "board": self.board_string(),

@@ -19,7 +19,6 @@ from typing import Any
 from engine.boards import load_board
 from engine.core import (
     MAX_PLIES,
-    SNAPSHOT_VERSION,
     SOW_DIRECTIONS,
     Game,
     InvalidMoveError,
@@ -74,7 +73,6 @@ class Overflow(Game):
     def __init__(self, **options: object) -> None:
         super().__init__(**options)
         n = int(self.options["size"])
-        self.size = n
         self.board = load_board(f"square-{n}")
         sites = self.board.num_sites
         self.pass_action = 8 * sites
@@ -83,23 +81,13 @@ class Overflow(Game):
         pos = [(s // n + 1) * width + s % n + 1 for s in range(sites)]
         self.pos = tuple(pos)
         self.bit = tuple(1 << p for p in pos)
-        steps = [self.board.step("adjacent", d) for d in SOW_DIRECTIONS]
-        rays: list[tuple[tuple[int, ...], ...]] = []
-        ray_bits: list[tuple[int, ...]] = []
-        for s in range(sites):
-            per_dir = []
-            for table in steps:
-                ray = []
-                t = table[s]
-                while t >= 0:
-                    ray.append(t)
-                    t = table[t]
-                per_dir.append(tuple(ray))
-            rays.append(tuple(per_dir))
-            ray_bits.append(tuple(sum(self.bit[t] for t in ray) for ray in per_dir))
         #: per site, per direction (SOW_DIRECTIONS order), the squares up to the edge
-        self.rays = tuple(rays)
-        self.ray_bits = tuple(ray_bits)
+        self.rays = tuple(
+            tuple(self.board.ray("adjacent", d, s) for d in SOW_DIRECTIONS) for s in range(sites)
+        )
+        self.ray_bits = tuple(
+            tuple(sum(self.bit[t] for t in ray) for ray in per_dir) for per_dir in self.rays
+        )
         phases = [c.phase for c in self.board.cells]
         #: house masks: P1 owns phase 1, P2 phase 0 (RULES.md §3)
         self.house = (
@@ -279,14 +267,6 @@ class OverflowState(State):
         )
 
     # -- game facts ----------------------------------------------------------------------
-    @property
-    def current_player(self) -> int:
-        return self.mover
-
-    @property
-    def is_terminal(self) -> bool:
-        return bool(self.reason)
-
     def outcome(self) -> Outcome | None:
         if not self.reason:
             return None
@@ -301,10 +281,7 @@ class OverflowState(State):
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "version": SNAPSHOT_VERSION,
-            "game": self.game.name,
-            "options": dict(self.game.options),
-            "ply": self.ply,
+            **self.snapshot_header(),
             "mover": self.mover,
             "heights": list(self.heights),
             "winner": self.winner,

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine.boards import Relation, load_board
-from engine.core import MAX_PLIES, SNAPSHOT_VERSION, Outcome, register
+from engine.core import MAX_PLIES, register
 from engine.games.chains import ChainsGame, ChainsState, pattern_sites
 
 #: the warehouse walks of SupplierSabotage.lud per board kind ("HexPattern", "SquarePattern1")
@@ -173,19 +173,9 @@ class SupplierSabotageState(ChainsState):
             return self.pieces[1].bit_count(), self.pieces[2].bit_count()
         return w1, w2
 
-    def outcome(self) -> Outcome | None:
-        if not self.reason:
-            return None
-        s1, s2 = self.scores()
-        winner = 0 if self.reason == "move-limit" else 1 if s1 > s2 else 2 if s2 > s1 else 0
-        return Outcome(winner, (s1, s2), self.reason)
-
     def to_dict(self) -> dict[str, Any]:
         return {
-            "version": SNAPSHOT_VERSION,
-            "game": self.game.name,
-            "options": dict(self.game.options),
-            "ply": self.ply,
+            **self.snapshot_header(),
             "board": self.board_string(),
             "mover": self.mover,
             "prev": self.prev,

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine.boards import Relation, load_board
-from engine.core import MAX_PLIES, SNAPSHOT_VERSION, Outcome, register
+from engine.core import MAX_PLIES, register
 from engine.games.chains import ChainsGame, ChainsState, count_at_least, dilate
 
 #: Agon variant -> (removals by the opponent (Capture), passing allowed, double turns)
@@ -262,19 +262,9 @@ class SupplyChainsState(ChainsState):
     def scores(self) -> tuple[int, int]:
         return self.warehouse_counts()
 
-    def outcome(self) -> Outcome | None:
-        if not self.reason:
-            return None
-        s1, s2 = self.scores()
-        winner = 0 if self.reason == "move-limit" else 1 if s1 > s2 else 2 if s2 > s1 else 0
-        return Outcome(winner, (s1, s2), self.reason)
-
     def to_dict(self) -> dict[str, Any]:
         return {
-            "version": SNAPSHOT_VERSION,
-            "game": self.game.name,
-            "options": dict(self.game.options),
-            "ply": self.ply,
+            **self.snapshot_header(),
             "board": self.board_string(),
             "mover": self.mover,
             "turn_var": self.turn_var,

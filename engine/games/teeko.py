@@ -6,8 +6,7 @@ marker to an 8-adjacent empty cell. The mover wins when the marker just placed o
 completes a 2x2 square (`{F R F R F}`) or a line of at least 4 (`Line 4`); nothing else ends
 the game but Ludii's global move limit (a draw). The hot path keeps per-colour bitboards:
 a colour's markers come from two table lookups, a marker's steps from one more, and the win
-check is a few mask tests through the last marker only. The mask and snapshot helpers at
-the end are shared with Hexade and Overflow.
+check is a few mask tests through the last marker only.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from typing import Any, NamedTuple
 from engine.boards import load_board
 from engine.core import (
     MAX_PLIES,
-    SNAPSHOT_VERSION,
     Game,
     InvalidMoveError,
     Move,
@@ -50,6 +48,15 @@ class _Tables(NamedTuple):
     low_markers: tuple[tuple[tuple[int, dict[int, tuple[int, ...]]], ...], ...]
     high_markers: tuple[tuple[tuple[int, dict[int, tuple[int, ...]]], ...], ...]
     square_masks: tuple[tuple[int, ...], ...]
+
+
+def _steps_by_empty(n: int, frm: int, targets: tuple[int, ...]) -> dict[int, tuple[int, ...]]:
+    """Every subset of `frm`'s neighbours (as a bitmask) -> the step actions onto it, ascending."""
+    table = {}
+    for subset in range(1 << len(targets)):
+        chosen = [t for i, t in enumerate(targets) if subset >> i & 1]
+        table[sum(1 << t for t in chosen)] = tuple(n + frm * n + t for t in chosen)
+    return table
 
 
 @cache
@@ -123,10 +130,7 @@ class Teeko(Game):
         raise InvalidMoveError(f"{move} is not a Teeko move (place C4, step C4-D5, or pass)")
 
     def state_from_dict(self, data: Mapping[str, Any]) -> TeekoState:
-        self.check_snapshot(data)
-        board = str(data["board"])
-        if len(board) != self.n or set(board) - set(".12"):
-            raise ValueError(f"snapshot board {board!r} does not fit {self.board.name}")
+        board = self.snapshot_board(data)
         bits = [0, 0, 0]
         for s, ch in enumerate(board):
             if ch != ".":
@@ -141,15 +145,6 @@ class Teeko(Game):
             int(data["winner"]),
             str(data["reason"]),
         )
-
-
-def _steps_by_empty(n: int, frm: int, targets: tuple[int, ...]) -> dict[int, tuple[int, ...]]:
-    """Every subset of `frm`'s neighbours (as a bitmask) -> the step actions onto it, ascending."""
-    table = {}
-    for subset in range(1 << len(targets)):
-        chosen = [t for i, t in enumerate(targets) if subset >> i & 1]
-        table[sum(1 << t for t in chosen)] = tuple(n + frm * n + t for t in chosen)
-    return table
 
 
 class TeekoState(State):
@@ -198,7 +193,7 @@ class TeekoState(State):
             return []
         g = self.game
         bits = self.bits
-        if bits[2].bit_count() < g.markers:
+        if bits[2].bit_count() < g.markers:  # `placing`, inlined on the hot path
             return self.empty.copy()
         own = bits[self.mover]
         empty = g.full ^ (own | bits[3 - self.mover])
@@ -246,14 +241,6 @@ class TeekoState(State):
         )
 
     # -- game facts ----------------------------------------------------------------------
-    @property
-    def current_player(self) -> int:
-        return self.mover
-
-    @property
-    def is_terminal(self) -> bool:
-        return bool(self.reason)
-
     def outcome(self) -> Outcome | None:
         if not self.reason:
             return None
@@ -268,10 +255,7 @@ class TeekoState(State):
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "version": SNAPSHOT_VERSION,
-            "game": self.game.name,
-            "options": dict(self.game.options),
-            "ply": self.ply,
+            **self.snapshot_header(),
             "mover": self.mover,
             "board": self.board_string(),
             "winner": self.winner,
