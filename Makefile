@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/agon up --demo
+	$(VENV)/bin/agon selfplay --game all --games 10 --bots random,random --verify
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -28,6 +28,7 @@ test: lint
 
 bench: $(STAMP)
 	$(VENV)/bin/agon bench playouts --seconds $(SECONDS) --json
+	$(VENV)/bin/agon bench pipeline --seconds $(SECONDS) --json
 
 conformance: $(STAMP)
 	$(VENV)/bin/agon conformance $(SHARED)/conformance/trials/*.jsonl $(SHARED)/conformance/patterns/*.jsonl

@@ -122,16 +122,28 @@ def print_playout_table(results: list[dict[str, Any]], ludii: dict[str, float]) 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("which", choices=["playouts"], help="what to measure")
+    parser.add_argument(
+        "which",
+        choices=["playouts", "pipeline"],
+        help="the engine's random playouts, or the Redis pipeline (services.bench_pipeline)",
+    )
     parser.add_argument("--seconds", type=float, default=5.0, help="time per row")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per row; the median counts")
     parser.add_argument("--ludii", type=Path, default=DEFAULT_LUDII_TSV)
     parser.add_argument("--json", action="store_true", help="also print a JSON array, last line")
+    parser.add_argument("--rate", type=float, default=1000.0, help="pipeline: offered moves/s")
+    parser.add_argument("--redis-url", default=None, help="pipeline: default a private server")
 
 
 def run(args: argparse.Namespace) -> int:
-    results = bench_playouts(args.seconds, args.rounds)
-    print_playout_table(results, load_ludii_figures(args.ludii))
+    if args.which == "pipeline":
+        from services.bench_pipeline import print_pipeline_table, run_pipeline_bench
+
+        results = run_pipeline_bench(args.seconds, args.redis_url, args.rate)
+        print_pipeline_table(results)
+    else:
+        results = bench_playouts(args.seconds, args.rounds)
+        print_playout_table(results, load_ludii_figures(args.ludii))
     if args.json:
         print(json.dumps(results))
     return 0

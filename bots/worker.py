@@ -1,0 +1,174 @@
+"""The bot worker: reads a bot's inbox, thinks, and submits the move with the expected seq.
+
+Every worker of one bot joins the inbox's consumer group `workers`, so any number of
+processes share the turns. A turn request is dropped when it is stale: its deadline has
+passed, or the game's log has moved beyond the seq it answers (a redelivered or duplicated
+request). Otherwise the bot chooses on a position rebuilt from the request's moves (cached per
+game, so only the new moves are replayed) and the worker sends a `PlayMove` whose command id
+is "<bot>:<game>:<seq>": a duplicate answer, even a different move from another worker, gets
+the engine's first reply and changes nothing. Workers ask for no reply; the log tells.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+
+from bots import Bot, TurnContext, load_bot
+from engine import Game, Move, State, load_game
+from schemas.codec import FIELD, DecodeError, decode_turn, encode
+from schemas.commands import PlayMove
+from schemas.turns import TurnRequest
+from services.keys import WORKERS_GROUP, Keys
+from services.streams import Entry, GroupReader, consumer_name
+
+log = logging.getLogger("agon.bots")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class BotWorker:
+    """Serves one bot's inbox: `run` until stopped, or `drain` what is there."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        bot: Bot | str,
+        keys: Keys | None = None,
+        *,
+        consumer: str | None = None,
+        batch: int = 200,
+        block_ms: int = 1000,
+        claim_idle_ms: int = 30_000,
+        clock: Callable[[], int] = now_ms,
+        cache_size: int = 10_000,
+    ) -> None:
+        self.redis = redis
+        self.bot = load_bot(bot) if isinstance(bot, str) else bot
+        self.keys = keys or Keys()
+        self.reader = GroupReader(
+            redis,
+            [self.keys.bot_turns(self.bot.name)],
+            WORKERS_GROUP,
+            consumer or consumer_name(f"bot-{self.bot.name}"),
+            count=batch,
+            claim_idle_ms=claim_idle_ms,
+        )
+        self.block_ms = block_ms
+        self.clock = clock
+        self.cache_size = cache_size
+        self.moves_sent = 0
+        self.stale = 0
+        self.failed = 0
+        self._games: dict[tuple[str, tuple[tuple[str, str], ...]], Game] = {}
+        self._states: OrderedDict[str, tuple[State, int]] = OrderedDict()
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
+            try:
+                await self.process(await self.reader.read(self.block_ms))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("bot %s: batch failed; retrying", self.bot.name)
+                self.reader.recover()
+                await asyncio.sleep(0.5)
+
+    async def drain(self) -> int:
+        handled = 0
+        while True:
+            entries = await self.reader.read(None, reclaim=not handled)
+            if not entries:
+                return handled
+            handled += len(entries)
+            await self.process(entries)
+
+    async def process(self, entries: Sequence[Entry]) -> None:
+        requests = [r for r in map(self._decode, entries) if r is not None]
+        requests = await self._current(requests)
+        pipe = self.redis.pipeline(transaction=False)
+        for req in requests:
+            move = self._think(req)
+            if move is None:
+                continue
+            command = PlayMove(
+                command_id=f"{self.bot.name}:{req.game_id}:{req.seq}",
+                game_id=req.game_id,
+                seat=req.seat,
+                token=req.token,
+                move=move,
+                expected_seq=req.seq,
+            )
+            pipe.xadd(self.keys.commands_for(req.game_id), {FIELD: encode(command)})
+            self.moves_sent += 1
+        await pipe.execute()
+        await self.reader.ack(entries)
+
+    def _decode(self, entry: Entry) -> TurnRequest | None:
+        try:
+            if entry.data is None:
+                raise DecodeError("malformed", "no field 'm'")
+            return decode_turn(entry.data)
+        except DecodeError as exc:
+            # Only the dispatcher writes inboxes; there is nobody to answer.
+            log.error("bot %s: dropping inbox entry %r: %s", self.bot.name, entry.entry_id, exc)
+            return None
+
+    async def _current(self, requests: list[TurnRequest]) -> list[TurnRequest]:
+        """The requests still worth answering: in time, and the log still at their seq."""
+        now = self.clock()
+        live = [r for r in requests if not r.deadline or r.deadline > now]
+        latest: dict[tuple[str, int], TurnRequest] = {(r.game_id, r.seq): r for r in live}
+        pipe = self.redis.pipeline(transaction=False)
+        for game_id, _ in latest:
+            pipe.xlen(self.keys.log(game_id))
+        heads: list[Any] = await pipe.execute() if latest else []
+        out = [r for r, head in zip(latest.values(), heads, strict=True) if int(head) == r.seq]
+        self.stale += len(requests) - len(out)
+        return out
+
+    def _think(self, req: TurnRequest) -> str | None:
+        try:
+            state = self._position(req)
+            context = TurnContext(req.game_id, req.seat, req.seq, req.deadline)
+            return self.bot.choose(state, context)
+        except Exception:
+            # A bot that cannot move must not stop the others; the move clock, if any,
+            # ends this game.
+            log.exception("bot %s: no move for game %s seq %d", self.bot.name, req.game_id, req.seq)
+            self._states.pop(req.game_id, None)
+            self.failed += 1
+            return None
+
+    def _position(self, req: TurnRequest) -> State:
+        """The position after the request's moves, replaying only moves not yet cached."""
+        cached = self._states.get(req.game_id)
+        if cached is not None and cached[1] <= len(req.moves):
+            state, done = cached
+        else:
+            state, done = self._game(req).new_initial_state(), 0
+        game = state.game
+        for text in req.moves[done:]:
+            # The engine validated these moves when it logged them.
+            state.apply_action(game.action_of(Move.parse(text)))
+        self._states[req.game_id] = (state, len(req.moves))
+        self._states.move_to_end(req.game_id)
+        while len(self._states) > self.cache_size:
+            self._states.popitem(last=False)
+        return state.clone()
+
+    def _game(self, req: TurnRequest) -> Game:
+        key = (req.game, tuple(sorted(req.options.items())))
+        game = self._games.get(key)
+        if game is None:
+            game = self._games[key] = load_game(req.game, **req.options)
+        return game

@@ -1,0 +1,128 @@
+"""The one codec: pydantic models <-> msgpack bytes, one decoder per direction.
+
+A stream entry carries one encoded model in field `m` (`FIELD`). `encode` writes the
+model's fields (including `type` and the schema version `v`) as a msgpack map in
+declaration order, so the same model always gives the same bytes; the hash chain
+hashes those stored bytes (`event_hash`). Decoders never raise anything but
+`DecodeError`, whose `code` is "malformed" or "too_large", the reply codes a sender
+gets for a broken entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Literal, TypeVar
+
+import msgpack
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from schemas.commands import Command
+from schemas.events import Event
+from schemas.replies import Reply
+from schemas.turns import Turn
+
+#: The stream-entry field that holds the encoded model.
+FIELD = "m"
+FIELD_BYTES = FIELD.encode()
+#: Entries larger than this are refused unread.
+MAX_ENTRY_BYTES = 64 * 1024
+
+T = TypeVar("T")
+
+_COMMANDS: TypeAdapter[Command] = TypeAdapter(Command)
+_EVENTS: TypeAdapter[Event] = TypeAdapter(Event)
+_REPLIES: TypeAdapter[Reply] = TypeAdapter(Reply)
+_TURNS: TypeAdapter[Turn] = TypeAdapter(Turn)
+
+
+class DecodeError(ValueError):
+    """An entry that is not a valid model; `code` is "malformed" or "too_large"."""
+
+    def __init__(self, code: Literal["malformed", "too_large"], message: str) -> None:
+        super().__init__(message)
+        self.code: Literal["malformed", "too_large"] = code
+        self.message = message
+
+
+def encode(model: BaseModel) -> bytes:
+    return msgpack.packb(model.model_dump(mode="python"), use_bin_type=True)
+
+
+def event_hash(data: bytes) -> str:
+    """The chain link: sha256 hex of an event's stored bytes (the next event's prev_hash)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def unpack(data: bytes) -> dict[str, Any]:
+    """The raw msgpack map of an entry, checked for size and shape only."""
+    if len(data) > MAX_ENTRY_BYTES:
+        raise DecodeError("too_large", f"entry of {len(data)} bytes exceeds {MAX_ENTRY_BYTES}")
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types on bad input
+        raise DecodeError("malformed", f"not msgpack ({type(exc).__name__}: {exc})") from None
+    if not isinstance(obj, dict):
+        raise DecodeError("malformed", f"expected a map, got {type(obj).__name__}")
+    return obj
+
+
+def _decode(adapter: TypeAdapter[T], data: bytes, what: str) -> T:
+    obj = unpack(data)
+    try:
+        return adapter.validate_python(obj)
+    except ValidationError as exc:
+        raise DecodeError("malformed", f"bad {what}: {_summary(exc)}") from None
+
+
+def _summary(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(p) for p in err["loc"]) or "entry"
+        parts.append(f"{where}: {err['msg']}")
+    more = exc.error_count() - len(parts)
+    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
+
+
+def decode_command(data: bytes) -> Command:
+    return _decode(_COMMANDS, data, "command")
+
+
+def decode_event(data: bytes) -> Event:
+    return _decode(_EVENTS, data, "event")
+
+
+def decode_reply(data: bytes) -> Reply:
+    return _decode(_REPLIES, data, "reply")
+
+
+def decode_turn(data: bytes) -> Turn:
+    return _decode(_TURNS, data, "turn request")
+
+
+def reply_address(data: bytes) -> tuple[str, str] | None:
+    """`(command_id, reply_to)` of an entry that failed to decode, if they can be read.
+
+    Lets the engine answer a malformed command; None sends it to the dead-letter stream.
+    """
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    command_id, reply_to = obj.get("command_id"), obj.get("reply_to")
+    if not isinstance(reply_to, str) or not reply_to or len(reply_to) > 256:
+        return None
+    if not isinstance(command_id, str) or len(command_id) > 128:
+        command_id = ""
+    return command_id, reply_to
+
+
+def schemas() -> dict[str, dict[str, Any]]:
+    """JSON Schema of every direction's closed set, keyed by direction."""
+    return {
+        "commands": _COMMANDS.json_schema(),
+        "events": _EVENTS.json_schema(),
+        "replies": _REPLIES.json_schema(),
+        "turns": _TURNS.json_schema(),
+    }

@@ -1,0 +1,136 @@
+"""Commands: what clients, bots and the dispatcher send to the engine service.
+
+Each command goes to the command stream of its game's partition and carries a
+client-chosen `command_id` (the same id twice gets the first reply and changes
+nothing) and `reply_to`, the stream the engine answers on. Commands are verbs.
+
+`expected_seq` is always the seq of the last event the sender has seen (the log's
+head when it decided); the engine rejects the command with `stale_seq` if the log
+has moved on since.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from schemas.base import (
+    BOT_NAME_RE,
+    CommandId,
+    GameId,
+    PlayerName,
+    Seat,
+    Seq,
+    StreamName,
+    WireModel,
+)
+
+SeatKind = Literal["human", "bot"]
+
+
+class SeatSpec(BaseModel):
+    """One seat of a new game: a bot (seated at creation) or a human (seated by `SeatPlayer`).
+
+    For a bot, `name` is the bot's name and picks its inbox. For a human, a non-empty
+    `name` reserves the seat for that name; "" leaves it open to anyone.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: SeatKind
+    name: PlayerName = ""
+
+    @model_validator(mode="after")
+    def _bot_name_is_a_key(self) -> Self:
+        # A bot's name becomes part of its inbox key, so it must be a safe key word.
+        if self.kind == "bot" and not BOT_NAME_RE.fullmatch(self.name):
+            raise ValueError(f"bot name {self.name!r} must match {BOT_NAME_RE.pattern}")
+        return self
+
+
+class _Command(WireModel):
+    command_id: CommandId
+    reply_to: StreamName = ""
+
+
+class CreateGame(_Command):
+    """Create a game. The client picks `game_id` (see `schemas.new_game_id`) to route it."""
+
+    type: Literal["create_game"] = "create_game"
+    game_id: GameId
+    game: Annotated[str, Field(min_length=1, max_length=64)]
+    options: dict[str, str] = Field(default_factory=dict)
+    seats: Annotated[list[SeatSpec], Field(min_length=2, max_length=2)]
+    #: Per-move time limit in milliseconds; 0 means no limit.
+    move_time_ms: Annotated[int, Field(ge=0)] = 0
+    seed: int = 0
+
+
+class SeatPlayer(_Command):
+    """Take a human seat; the `Accepted` reply carries the seat token (shown once)."""
+
+    type: Literal["seat_player"] = "seat_player"
+    game_id: GameId
+    seat: Seat
+    name: PlayerName
+
+
+class PlayMove(_Command):
+    """Play `move` (Agon notation, RULES.md §9) for `seat`, authenticated by its token."""
+
+    type: Literal["play_move"] = "play_move"
+    game_id: GameId
+    seat: Seat
+    token: Annotated[str, Field(max_length=256)]
+    move: Annotated[str, Field(min_length=1, max_length=32)]
+    expected_seq: Seq
+
+
+class Resign(_Command):
+    """Give up: the other seat wins."""
+
+    type: Literal["resign"] = "resign"
+    game_id: GameId
+    seat: Seat
+    token: Annotated[str, Field(max_length=256)]
+
+
+class ClaimTimeout(_Command):
+    """Claim that the seat to move has overrun its per-move limit; anyone may send it.
+
+    The engine checks the deadline against its own clock and the time of the event
+    at `expected_seq`, so a claim cannot end a game early.
+    """
+
+    type: Literal["claim_timeout"] = "claim_timeout"
+    game_id: GameId
+    expected_seq: Seq
+
+
+class Abort(_Command):
+    """End the game without a winner: by a seated player (`seat`, its token) or by the
+    operator (`seat` 0 with the admin token, `schemas.tokens.admin_token`)."""
+
+    type: Literal["abort"] = "abort"
+    game_id: GameId
+    seat: Annotated[int, Field(ge=0, le=2)]
+    token: Annotated[str, Field(max_length=256)]
+
+
+Command = Annotated[
+    CreateGame | SeatPlayer | PlayMove | Resign | ClaimTimeout | Abort,
+    Field(discriminator="type"),
+]
+
+__all__ = [
+    "Abort",
+    "ClaimTimeout",
+    "Command",
+    "CreateGame",
+    "PlayMove",
+    "Resign",
+    "SeatKind",
+    "SeatPlayer",
+    "SeatSpec",
+]

@@ -1,0 +1,122 @@
+"""Events: the facts in a game's log, the single source of truth. Events are past tense.
+
+A log is `GameCreated`, `PlayerSeated`..., `GameStarted`, `MovePlayed`..., `GameEnded`.
+Every event carries `game_id`, `seq` (1, 2, ... without gaps), `time` (ms since the
+epoch, by the engine service's clock), the `command_id` that caused it and `prev_hash`:
+the sha256 hex of the previous event's encoded bytes ("" for seq 1), which makes every
+log a hash chain anyone can verify (`schemas.codec.event_hash`).
+
+Players are seats, not colours. `colours[i]` is the colour held by seat i+1; only
+Hexade's swap changes it, and the `MovePlayed` of the swap records the new map.
+Seat tokens never appear in a log: `PlayerSeated` keeps the sha256 hex of the token.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from schemas.base import (
+    CommandId,
+    GameId,
+    PlayerName,
+    Seat,
+    Seq,
+    TimeMs,
+    WireModel,
+)
+from schemas.commands import SeatSpec
+
+#: Why a game ended: the rules (`natural`), a resignation, a per-move time overrun, an abort.
+EndReason = Literal["natural", "resignation", "time_forfeit", "abort"]
+#: Colours held by seats 1 and 2, in that order.
+Colours = Annotated[list[int], Field(min_length=2, max_length=2)]
+Scores = Annotated[list[int], Field(min_length=2, max_length=2)] | None
+
+
+class EventBase(WireModel):
+    game_id: GameId
+    seq: Annotated[int, Field(ge=1)]
+    time: TimeMs
+    command_id: CommandId
+    prev_hash: Annotated[str, Field(pattern=r"^([0-9a-f]{64})?$")]
+
+
+class GameCreated(EventBase):
+    """A game exists: what is played, by which seats, under which clock and engine."""
+
+    type: Literal["game_created"] = "game_created"
+    game: str
+    options: dict[str, str]
+    seats: list[SeatSpec]
+    #: Per-move time limit in milliseconds; 0 means none.
+    move_time_ms: Annotated[int, Field(ge=0)]
+    seed: int
+    engine_version: str
+
+
+class PlayerSeated(EventBase):
+    """A seat is taken; `token_hash` is the sha256 hex of its token."""
+
+    type: Literal["player_seated"] = "player_seated"
+    seat: Seat
+    name: PlayerName
+    kind: Literal["human", "bot"]
+    token_hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class GameStarted(EventBase):
+    """Every seat is taken; `to_move` is the seat that moves first."""
+
+    type: Literal["game_started"] = "game_started"
+    to_move: Seat
+    colours: Colours
+
+
+class MovePlayed(EventBase):
+    """A move: `ply` is its 0-based index in the game, as in the conformance data.
+
+    `to_move` is the seat to move next, or 0 when the move ended the game (a
+    `GameEnded` follows in the same append).
+    """
+
+    type: Literal["move_played"] = "move_played"
+    ply: Seq
+    seat: Seat
+    colour: Annotated[int, Field(ge=1, le=2)]
+    move: str
+    scores_after: Scores
+    colours: Colours
+    to_move: Annotated[int, Field(ge=0, le=2)]
+
+
+class GameEnded(EventBase):
+    """The end: `result` is the winning seat or 0 for a draw (and for an abort).
+
+    `detail` is the engine's outcome reason for a natural end (e.g. "line",
+    "no-moves", "move-limit"), else a short text on the resignation, timeout or abort.
+    """
+
+    type: Literal["game_ended"] = "game_ended"
+    result: Annotated[int, Field(ge=0, le=2)]
+    scores: Scores
+    reason: EndReason
+    detail: str = ""
+
+
+Event = Annotated[
+    GameCreated | PlayerSeated | GameStarted | MovePlayed | GameEnded,
+    Field(discriminator="type"),
+]
+
+__all__ = [
+    "Colours",
+    "EndReason",
+    "Event",
+    "GameCreated",
+    "GameEnded",
+    "GameStarted",
+    "MovePlayed",
+    "PlayerSeated",
+]

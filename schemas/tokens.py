@@ -1,0 +1,44 @@
+"""Seat tokens: how a command proves it speaks for a seat, without tokens in any log.
+
+A log keeps only `token_hash(token)`. Human seats get a random token in the reply
+to `SeatPlayer`. Bot seats are seated at creation, so their tokens are derived:
+`bot_token(secret, game_id, seat)` = HMAC-SHA256 of "game_id|seat" under the server
+secret (env `AGON_SECRET`, default a fixed development secret). The dispatcher puts
+the token in each turn request; a worker with the secret could derive it too. The
+operator's `admin_token(secret)` may abort any game.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+
+#: Development default; set AGON_SECRET in any deployment that faces the world.
+DEV_SECRET = "agon-dev-secret"
+
+
+def server_secret() -> bytes:
+    return os.environ.get("AGON_SECRET", DEV_SECRET).encode()
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def bot_token(secret: bytes, game_id: str, seat: int) -> str:
+    return hmac.new(secret, f"{game_id}|{seat}".encode(), hashlib.sha256).hexdigest()
+
+
+def admin_token(secret: bytes) -> str:
+    return hmac.new(secret, b"admin", hashlib.sha256).hexdigest()
+
+
+def new_human_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def token_matches(token: str, expected_hash: str) -> bool:
+    """Constant-time check of a token against the hash a log recorded."""
+    return hmac.compare_digest(token_hash(token), expected_hash)

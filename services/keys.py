@@ -1,0 +1,136 @@
+"""Every Redis key, stream and consumer-group name of Agon, and the partition hash.
+
+Games are spread over `partitions` (default 16) by a stable hash of the game id
+(crc32, never Python's salted `hash()`). Every key of partition p carries the hash
+tag `{p}`, so one Lua script can touch a game's log, its partition's feed and its
+reply memory atomically, on one server or in Redis Cluster. All names start with a
+configurable prefix (default "agon") so that tests and several deployments can share
+a server without seeing each other. Nothing else in the code base spells a key.
+
+Layout, for prefix "agon" and partition p:
+
+    agon:{p}:commands                   command stream; group `engine`
+    agon:{p}:game:<id>:log              a game's events; entry id "<seq>-1"
+    agon:{p}:feed                       every event of the partition; groups of readers
+    agon:{p}:games                      zset game id -> creation time (ms)
+    agon:{p}:replies:<id>               hash command id -> encoded reply (idempotency)
+    agon:{p}:dead                       dead-letter stream (entries nobody can answer)
+    agon:{p}:clocks                     zset "<id>|<seq>" -> move deadline (ms), dispatcher
+    agon:{p}:view:<id>                  projector: a game's view
+    agon:{p}:proj:seen                  projector: hash game id -> last projected seq
+    agon:{p}:index:...                  projector: game index zsets (status, game, player, time)
+    agon:{p}:botresults:<bot>           projector: one bot's results
+    agon:bot:{<bot>}:turns              a bot's inbox; group `workers`
+    agon:replies:<name>                 a reply stream (e.g. one per gateway or CLI process)
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+DEFAULT_PREFIX = "agon"
+DEFAULT_PARTITIONS = 16
+
+#: Consumer groups.
+ENGINE_GROUP = "engine"
+WORKERS_GROUP = "workers"
+PROJECTOR_GROUP = "projector"
+DISPATCHER_GROUP = "dispatcher"
+
+
+def partition_of(game_id: str, partitions: int = DEFAULT_PARTITIONS) -> int:
+    """The partition of a game: stable across processes, machines and Python versions."""
+    return zlib.crc32(game_id.encode()) % partitions
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """The key names of one Agon deployment (a prefix and a partition count)."""
+
+    prefix: str = DEFAULT_PREFIX
+    partitions: int = DEFAULT_PARTITIONS
+
+    def partition(self, game_id: str) -> int:
+        return partition_of(game_id, self.partitions)
+
+    def all_partitions(self) -> range:
+        return range(self.partitions)
+
+    def _p(self, p: int) -> str:
+        return f"{self.prefix}:{{{p}}}"
+
+    def _g(self, game_id: str) -> str:
+        return self._p(self.partition(game_id))
+
+    # -- the engine's streams ----------------------------------------------------------
+    def commands(self, p: int) -> str:
+        return f"{self._p(p)}:commands"
+
+    def commands_for(self, game_id: str) -> str:
+        """The command stream a command about `game_id` must go to."""
+        return self.commands(self.partition(game_id))
+
+    def log(self, game_id: str) -> str:
+        return f"{self._g(game_id)}:game:{game_id}:log"
+
+    def log_pattern(self) -> str:
+        """SCAN pattern matching every game log (for tools; services use `games`)."""
+        return f"{self.prefix}:{{*}}:game:*:log"
+
+    def feed(self, p: int) -> str:
+        return f"{self._p(p)}:feed"
+
+    def games(self, p: int) -> str:
+        return f"{self._p(p)}:games"
+
+    def replies_memory(self, game_id: str) -> str:
+        return f"{self._g(game_id)}:replies:{game_id}"
+
+    def dead_letter(self, p: int) -> str:
+        return f"{self._p(p)}:dead"
+
+    # -- dispatcher ---------------------------------------------------------------------
+    def clocks(self, p: int) -> str:
+        return f"{self._p(p)}:clocks"
+
+    def bot_turns(self, bot: str) -> str:
+        return f"{self.prefix}:bot:{{{bot}}}:turns"
+
+    # -- replies to clients -------------------------------------------------------------
+    def reply_stream(self, name: str) -> str:
+        return f"{self.prefix}:replies:{name}"
+
+    def is_reply_stream(self, stream: str) -> bool:
+        """Whether a command's `reply_to` names a reply stream: the engine writes nowhere else."""
+        prefix = self.reply_stream("")
+        return stream.startswith(prefix) and len(stream) > len(prefix)
+
+    # -- projector read models (all in the game's partition, for one atomic write) ----
+    def view(self, game_id: str) -> str:
+        return f"{self._g(game_id)}:view:{game_id}"
+
+    def projector_seen(self, p: int) -> str:
+        return f"{self._p(p)}:proj:seen"
+
+    def index_status(self, p: int, status: str) -> str:
+        return f"{self._p(p)}:index:status:{status}"
+
+    def index_game(self, p: int, game: str) -> str:
+        return f"{self._p(p)}:index:kind:{game}"
+
+    def index_player(self, p: int, name: str) -> str:
+        return f"{self._p(p)}:index:player:{name}"
+
+    def index_time(self, p: int) -> str:
+        return f"{self._p(p)}:index:time"
+
+    def bot_results(self, p: int, bot: str) -> str:
+        return f"{self._p(p)}:botresults:{bot}"
+
+    def read_model_pattern(self, p: int) -> str:
+        """SCAN pattern of partition p's read models, for `agon rebuild` to clear them.
+
+        Read-model key words start with v, p, i or b and no other key word does (tested).
+        """
+        return f"{self._p(p)}:[vpib]*"

@@ -1,0 +1,594 @@
+"""Running the pipeline: every service in one process, selfplay, verify and rebuild.
+
+`ServiceSet` runs an engine service, the projector, the dispatcher and one worker per bot on
+one event loop against one Redis. The subcommands built on it are `agon up` (serve until
+interrupted, optionally after a demo match), `agon selfplay` (create N games between bots,
+wait until they end through the whole pipeline, print a summary; with `--json` the last line
+is the machine-readable one), `agon verify` (replay every log, check every hash chain,
+compare the read models; exit 1 on any difference) and `agon rebuild` (recompute the read
+models from the logs). Each takes `--redis-url` (default `$REDIS_URL`); without one, a
+private redis-server runs for the length of the command (`services.redis_embedded`).
+
+Each subcommand is an object with `add_arguments(parser)` and `run(args) -> int`, the shape
+`services.cli` expects of a subcommand module: `UP`, `SELFPLAY`, `VERIFY`, `REBUILD`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from bots import bot_names, load_bot
+from bots.worker import BotWorker
+from engine import game_names, load_game
+from schemas.codec import FIELD, encode
+from schemas.commands import CreateGame, SeatSpec
+from services.dispatcher import Dispatcher
+from services.engine_service import EngineService
+from services.keys import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Keys
+from services.projector import Projector, compare_read_models, rebuild, snapshot, verify
+from services.redis_embedded import add_redis_url_argument, redis_url_or_embedded
+
+log = logging.getLogger("agon.runtime")
+
+
+def connect(url: str) -> Redis:
+    """A client that retries a command when its connection drops (Redis restarted).
+
+    Retrying is safe for everything the pipeline writes: commands and turn requests are
+    deduplicated by command id, appends check the log head, projections the seq.
+    """
+    return Redis.from_url(url, retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 8))
+
+
+class Subcommand(Protocol):
+    """The shape `services.cli` expects of a subcommand."""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+#: How often selfplay looks at the game index while waiting for its games to end.
+POLL_S = 0.05
+
+
+class ServiceSet:
+    """An engine service, the projector, the dispatcher and bot workers, run as tasks.
+
+    A short `block_ms` keeps shutdown quick: every loop checks the stop flag that often.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        bots: Sequence[str],
+        *,
+        engines: int = 1,
+        block_ms: int = 100,
+        claim_idle_ms: int = 30_000,
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        idle = claim_idle_ms
+        self.engines = [
+            EngineService(redis, keys, block_ms=block_ms, claim_idle_ms=idle)
+            for _ in range(engines)
+        ]
+        self.projector = Projector(redis, keys, block_ms=block_ms, claim_idle_ms=idle)
+        self.dispatcher = Dispatcher(redis, keys, block_ms=block_ms, claim_idle_ms=idle)
+        self.workers = [
+            BotWorker(redis, b, keys, block_ms=block_ms, claim_idle_ms=idle)
+            for b in sorted(set(bots))
+        ]
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        # Groups first, so that nothing written from now on is missed by a late reader.
+        for engine in self.engines:
+            await engine.setup()
+        for reader in self._readers():
+            await reader.setup()
+        runners: list[Callable[[asyncio.Event], Coroutine[Any, Any, None]]] = [
+            *(e.run for e in self.engines),
+            self.projector.run,
+            self.dispatcher.run,
+            *(w.run for w in self.workers),
+        ]
+        self._tasks = [asyncio.create_task(run(self._stop)) for run in runners]
+
+    async def drain(self, max_rounds: int = 100_000) -> int:
+        """Run every service in drain mode, round after round, until none has work left.
+
+        The tests' and benchmarks' way to let the pipeline settle without sleeping.
+        """
+        handled = 0
+        for _ in range(max_rounds):
+            done = 0
+            for engine in self.engines:
+                done += await engine.drain()
+            done += await self.dispatcher.drain()
+            for worker in self.workers:
+                done += await worker.drain()
+            done += await self.projector.drain()
+            if not done:
+                return handled
+            handled += done
+        raise RuntimeError(f"the pipeline did not settle in {max_rounds} rounds")
+
+    def _readers(self) -> list[Any]:
+        return [self.projector.reader, self.dispatcher.reader, *(w.reader for w in self.workers)]
+
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        if self._tasks:
+            _, late = await asyncio.wait(self._tasks, timeout=timeout_s)
+            for task in late:
+                task.cancel()
+            if late:
+                _, stuck = await asyncio.wait(late, timeout=timeout_s)
+                if stuck:
+                    log.error("%d service tasks ignored cancellation", len(stuck))
+        for reader in self._readers():
+            with contextlib.suppress(Exception):
+                await reader.leave()
+
+    def failed(self) -> BaseException | None:
+        """The exception that ended a service task, if one ended (they should not)."""
+        for task in self._tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                return task.exception()
+        return None
+
+
+# -- selfplay ---------------------------------------------------------------------------------
+@dataclass
+class SelfplayResult:
+    games: int = 0
+    finished: int = 0
+    moves: int = 0
+    seconds: float = 0.0
+    #: per game name: Counter of "seat 1", "seat 2", "draw", "aborted" and end reasons
+    outcomes: dict[str, Counter[str]] = field(default_factory=dict)
+    unfinished: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        rate = self.moves / self.seconds if self.seconds > 0 else 0.0
+        return {
+            "games": self.games,
+            "finished": self.finished,
+            "moves": self.moves,
+            "seconds": round(self.seconds, 3),
+            "moves_per_sec": round(rate, 1),
+        }
+
+
+def parse_options(items: Sequence[str]) -> dict[str, str]:
+    options: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--option wants key=value, got {item!r}")
+        options[key] = value
+    return options
+
+
+async def create_games(
+    redis: Redis,
+    keys: Keys,
+    specs: Sequence[tuple[str, dict[str, str]]],
+    count: int,
+    bots: Sequence[str],
+    *,
+    move_time_ms: int = 0,
+    run_id: str = "",
+) -> list[str]:
+    """Send `count` CreateGame commands per (game, options) spec; return the game ids."""
+    run_id = run_id or uuid.uuid4().hex[:8]
+    seats = [SeatSpec(kind="bot", name=b) for b in bots]
+    ids: list[str] = []
+    pipe = redis.pipeline(transaction=False)
+    for game, options in specs:
+        for i in range(count):
+            gid = f"{game}-{run_id}-{i}"
+            command = CreateGame(
+                command_id=f"selfplay:{gid}",
+                game_id=gid,
+                game=game,
+                options=options,
+                seats=seats,
+                move_time_ms=move_time_ms,
+                seed=i,
+            )
+            pipe.xadd(keys.commands_for(gid), {FIELD: encode(command)})
+            ids.append(gid)
+    await pipe.execute()
+    return ids
+
+
+async def wait_until_ended(
+    redis: Redis,
+    keys: Keys,
+    game_ids: Sequence[str],
+    timeout_s: float,
+    check: Callable[[], BaseException | None] = lambda: None,
+) -> list[str]:
+    """Wait until the projector lists every game as ended; return the ones that did not."""
+    waiting = list(game_ids)
+    deadline = time.monotonic() + timeout_s
+    while waiting and time.monotonic() < deadline:
+        failure = check()
+        if failure is not None:
+            raise RuntimeError(f"a service stopped: {failure!r}") from failure
+        pipe = redis.pipeline(transaction=False)
+        for gid in waiting:
+            pipe.zscore(keys.index_status(keys.partition(gid), "ended"), gid)
+        try:
+            scores = await pipe.execute()
+        except (RedisConnectionError, RedisTimeoutError):
+            # Redis restarting: the services ride it out, and so does the waiting.
+            await asyncio.sleep(POLL_S)
+            continue
+        waiting = [gid for gid, s in zip(waiting, scores, strict=True) if s is None]
+        if waiting:
+            await asyncio.sleep(POLL_S)
+    return waiting
+
+
+async def collect(redis: Redis, keys: Keys, game_ids: Sequence[str]) -> SelfplayResult:
+    """Moves and outcomes of the games, read from their views."""
+    pipe = redis.pipeline(transaction=False)
+    for gid in game_ids:
+        pipe.get(keys.view(gid))
+    result = SelfplayResult(games=len(game_ids))
+    for gid, raw in zip(game_ids, await pipe.execute(), strict=True):
+        if raw is None:
+            result.unfinished.append(gid)
+            continue
+        view = json.loads(raw)
+        result.moves += view["ply"]
+        outcomes = result.outcomes.setdefault(view["game"], Counter())
+        if view["status"] != "ended":
+            result.unfinished.append(gid)
+            outcomes["unfinished"] += 1
+            continue
+        result.finished += 1
+        end = view["result"]
+        if end["reason"] == "abort":
+            outcomes["aborted"] += 1
+        else:
+            outcomes["draw" if end["winner"] == 0 else f"seat {end['winner']} won"] += 1
+        outcomes[f"end: {end['reason']}/{end['detail']}"] += 1
+    return result
+
+
+async def selfplay(
+    redis: Redis,
+    keys: Keys,
+    specs: Sequence[tuple[str, dict[str, str]]],
+    count: int,
+    bots: Sequence[str],
+    *,
+    move_time_ms: int = 0,
+    timeout_s: float = 600.0,
+    engines: int = 1,
+) -> SelfplayResult:
+    """Play `count` games per spec between `bots` through every service, in this process."""
+    services = ServiceSet(redis, keys, bots, engines=engines)
+    await services.start()
+    try:
+        started = time.perf_counter()
+        ids = await create_games(redis, keys, specs, count, bots, move_time_ms=move_time_ms)
+        await wait_until_ended(redis, keys, ids, timeout_s, services.failed)
+        seconds = time.perf_counter() - started
+    finally:
+        await services.stop()
+    result = await collect(redis, keys, ids)
+    result.seconds = seconds
+    return result
+
+
+# -- the subcommands -----------------------------------------------------------------------
+def _common(parser: argparse.ArgumentParser) -> None:
+    add_redis_url_argument(parser)
+    parser.add_argument("--prefix", default=DEFAULT_PREFIX, help="key prefix (default: agon)")
+    parser.add_argument(
+        "--partitions", type=int, default=DEFAULT_PARTITIONS, help="partitions (default: 16)"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+
+
+def _setup_logging(args: argparse.Namespace) -> None:
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _with_redis(
+    args: argparse.Namespace, body: Callable[[Redis, Keys, str], Awaitable[int]]
+) -> int:
+    """Run `body` against `--redis-url` (or a private server) and close what it opened."""
+    _setup_logging(args)
+    keys = Keys(args.prefix, args.partitions)
+
+    async def main(url: str) -> int:
+        redis = connect(url)
+        try:
+            return await body(redis, keys, url)
+        finally:
+            await redis.aclose()
+
+    with redis_url_or_embedded(args.redis_url) as url:
+        if not args.redis_url:
+            print(f"using a private redis-server at {url}", file=sys.stderr)
+        return asyncio.run(main(url))
+
+
+class _Selfplay:
+    """`agon selfplay`: games between bots through the whole pipeline, then a summary."""
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        _common(parser)
+        parser.add_argument(
+            "--game",
+            action="append",
+            required=True,
+            help=f"game to play, repeatable, or 'all' ({', '.join(game_names())})",
+        )
+        parser.add_argument(
+            "--option", action="append", default=[], help="game option key=value, repeatable"
+        )
+        parser.add_argument("--games", type=int, default=10, help="games per game name")
+        parser.add_argument(
+            "--bots", default="random,random", help=f"two bots, comma separated ({bot_names()})"
+        )
+        parser.add_argument("--move-time-ms", type=int, default=0, help="per-move limit (0: none)")
+        parser.add_argument("--engines", type=int, default=1, help="engine services to run")
+        parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait")
+        parser.add_argument("--verify", action="store_true", help="run `agon verify` afterwards")
+        parser.add_argument("--json", action="store_true", help="end with a JSON summary line")
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        names = game_names() if "all" in args.game else args.game
+        options = parse_options(args.option)
+        bots = [b.strip() for b in args.bots.split(",")]
+        if len(bots) != 2:
+            print("--bots wants two bot names, e.g. random,random", file=sys.stderr)
+            return 2
+        try:
+            for name in names:
+                load_game(name, **options)
+            for b in set(bots):
+                load_bot(b)
+        except ValueError as exc:
+            print(f"agon selfplay: {exc}", file=sys.stderr)
+            return 2
+        specs = [(name, options) for name in names]
+
+        async def body(redis: Redis, keys: Keys, url: str) -> int:
+            result = await selfplay(
+                redis,
+                keys,
+                specs,
+                args.games,
+                bots,
+                move_time_ms=args.move_time_ms,
+                timeout_s=args.timeout,
+                engines=args.engines,
+            )
+            _print_selfplay(result, names, bots)
+            status = 0 if result.finished == result.games else 1
+            if args.verify:
+                report = await verify(redis, keys)
+                _print_verify(report.games, report.events, report.problems)
+                status = status or (0 if report.ok else 1)
+            if args.json:
+                print(json.dumps(result.summary()))
+            return status
+
+        return _with_redis(args, body)
+
+
+def _print_selfplay(result: SelfplayResult, names: Sequence[str], bots: Sequence[str]) -> None:
+    print(f"selfplay {', '.join(names)}: {bots[0]} (seat 1) vs {bots[1]} (seat 2)")
+    for game, outcomes in sorted(result.outcomes.items()):
+        parts = ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
+        print(f"  {game}: {parts}")
+    s = result.summary()
+    print(
+        f"  {s['finished']}/{s['games']} games ended, {s['moves']} moves in {s['seconds']} s"
+        f" ({s['moves_per_sec']} moves/s)"
+    )
+    if result.unfinished:
+        print(f"  unfinished: {', '.join(result.unfinished[:20])}")
+
+
+def _print_verify(games: int, events: int, problems: Sequence[str]) -> None:
+    for line in problems:
+        print(f"  {line}")
+    verdict = "OK" if not problems else f"{len(problems)} problem(s)"
+    print(f"verify: {games} games, {events} events: {verdict}")
+
+
+class _Verify:
+    """`agon verify`: hash chains, a replay of every log and the read models; exit 1 if off."""
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        _common(parser)
+        parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        async def body(redis: Redis, keys: Keys, url: str) -> int:
+            report = await verify(redis, keys)
+            if args.json:
+                out = {"games": report.games, "events": report.events, "ok": report.ok}
+                print(json.dumps({**out, "problems": report.problems}))
+            else:
+                _print_verify(report.games, report.events, report.problems)
+            return 0 if report.ok else 1
+
+        return _with_redis(args, body)
+
+
+class _Rebuild:
+    """`agon rebuild`: recompute every read model from the logs."""
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        _common(parser)
+        parser.add_argument(
+            "--check",
+            action="store_true",
+            help="compare the rebuilt read models with the ones before; exit 1 if they differ",
+        )
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=os.cpu_count() or 1,
+            help="processes replaying logs (default: one per core)",
+        )
+        parser.add_argument("--json", action="store_true", help="end with a JSON summary line")
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        async def body(redis: Redis, keys: Keys, url: str) -> int:
+            before = await snapshot(redis, keys) if args.check else {}
+            started = time.perf_counter()
+            stats = await rebuild(redis, keys, workers=args.workers, url=url)
+            seconds = time.perf_counter() - started
+            for line in stats.skipped:
+                print(f"  skipped {line}")
+            rate = stats.events / seconds if seconds > 0 else 0.0
+            print(
+                f"rebuild: {stats.games} games, {stats.events} events in {seconds:.3f} s"
+                f" ({rate:.0f} events/s)"
+            )
+            status = 1 if stats.skipped else 0
+            if args.check:
+                diff = compare_read_models(before, await snapshot(redis, keys))
+                for line in diff:
+                    print(f"  {line}")
+                print(f"rebuild --check: {'identical' if not diff else f'{len(diff)} differ'}")
+                status = status or (1 if diff else 0)
+            if args.json:
+                summary = {"games": stats.games, "events": stats.events, "seconds": seconds}
+                print(json.dumps({**summary, "events_per_sec": round(rate, 1)}))
+            return status
+
+        return _with_redis(args, body)
+
+
+class _Up:
+    """`agon up`: every service in one process until interrupted (Ctrl-C or SIGTERM)."""
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        _common(parser)
+        parser.add_argument(
+            "--bots", default=",".join(bot_names()), help="bots to serve, comma separated"
+        )
+        parser.add_argument("--engines", type=int, default=1, help="engine services to run")
+        parser.add_argument(
+            "--demo", action="store_true", help="first play one game of each game between bots"
+        )
+        parser.add_argument(
+            "--seconds", type=float, default=0.0, help="stop after this long (0: when interrupted)"
+        )
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        bots = [b.strip() for b in args.bots.split(",") if b.strip()]
+
+        async def body(redis: Redis, keys: Keys, url: str) -> int:
+            services = ServiceSet(redis, keys, bots, engines=args.engines)
+            await services.start()
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            print(f"agon up: engine x{args.engines}, projector, dispatcher, bots {bots}")
+            try:
+                if args.demo:
+                    specs: list[tuple[str, dict[str, str]]] = [(n, {}) for n in game_names()]
+                    demo_bots = [bots[0], bots[-1]]
+                    ids = await create_games(redis, keys, specs, 1, demo_bots)
+                    await wait_until_ended(redis, keys, ids, 600.0, services.failed)
+                    result = await collect(redis, keys, ids)
+                    _print_selfplay(result, game_names(), demo_bots)
+                if args.seconds:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), args.seconds)
+                else:
+                    await stop.wait()
+            finally:
+                await services.stop()
+            return 0
+
+        return _with_redis(args, body)
+
+
+UP = _Up()
+SELFPLAY = _Selfplay()
+VERIFY = _Verify()
+REBUILD = _Rebuild()
+
+__all__ = [
+    "REBUILD",
+    "SELFPLAY",
+    "UP",
+    "VERIFY",
+    "SelfplayResult",
+    "ServiceSet",
+    "collect",
+    "connect",
+    "create_games",
+    "parse_options",
+    "selfplay",
+    "wait_until_ended",
+]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m services.runtime up|selfplay|verify|rebuild ...`, for use before `agon`."""
+    commands: dict[str, Subcommand] = {
+        "up": UP,
+        "selfplay": SELFPLAY,
+        "verify": VERIFY,
+        "rebuild": REBUILD,
+    }
+    parser = argparse.ArgumentParser(prog="python -m services.runtime")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, command in commands.items():
+        command.add_arguments(sub.add_parser(name, help=command.__doc__))
+    args = parser.parse_args(argv)
+    return commands[args.command].run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

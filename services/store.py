@@ -1,0 +1,276 @@
+"""The event store: a game's log on Redis Streams, appended by one atomic Lua script.
+
+`EventStore.commit` is the only way events enter a log. One script, in the game's
+partition (every key carries the same `{p}` hash tag), does all of it atomically for
+each command:
+
+1. if the command id already has a remembered reply, return it and append nothing
+   (the same command twice gives the first reply);
+2. if the log's head (its length: logs are never trimmed) is not the head the engine
+   validated against, return the actual head -> `SeqConflict`;
+3. XADD each event to the log with entry id "<seq>-0" (so ids encode seqs, and Redis
+   itself refuses a duplicate seq) and to the partition feed;
+4. remember the reply under the command id, and register a new game in `games`.
+
+Rejections go through the same script with no events: the head check makes sure a
+rejection was decided on the current log, and remembering it keeps retries stable.
+`commit_many` serves the engine's batches: one script call per partition carries up
+to `COMMITS_PER_CALL` commits (each atomic on its own), all calls in one round trip.
+
+Reads return raw bytes next to decoded events: the hash chain is over the stored
+bytes (`prev_hash` of event n = sha256 of event n-1's bytes); `chain_problems`
+checks a log's chain, seqs and game id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
+
+from schemas.codec import FIELD, FIELD_BYTES, DecodeError, decode_event, encode, event_hash
+from schemas.commands import Command
+from schemas.events import Event
+from services.keys import Keys
+
+#: Commits per script call: large enough to amortise the call, small enough not to
+#: stall the server for long.
+COMMITS_PER_CALL = 64
+
+# One call commits several commands of one partition, in order, each on its own terms.
+# KEYS: feed, games registry, then per commit: log, replies memory.
+# ARGV: feed maxlen (0 = unbounded), then per commit: head, command id, reply,
+#       remember (0|1), time, game id, event count, event bytes...
+# Returns per commit two values: 0 + remembered reply (duplicate), 1 + actual head
+# (conflict) or 2 + new head (committed).
+_COMMIT_LUA = """
+local maxlen = tonumber(ARGV[1])
+local out = {}
+local a = 2
+for c = 1, (#KEYS - 2) / 2 do
+  local log, replies = KEYS[1 + 2 * c], KEYS[2 + 2 * c]
+  local expected, cid, reply = tonumber(ARGV[a]), ARGV[a + 1], ARGV[a + 2]
+  local remember, time, gid, n = ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], tonumber(ARGV[a + 6])
+  local first = a + 7
+  a = first + n
+  local seen = redis.call('HGET', replies, cid)
+  if seen then
+    out[#out + 1] = 0
+    out[#out + 1] = seen
+  else
+    local head = redis.call('XLEN', log)
+    if head ~= expected then
+      out[#out + 1] = 1
+      out[#out + 1] = head
+    else
+      for i = 0, n - 1 do
+        local data = ARGV[first + i]
+        redis.call('XADD', log, string.format('%d-0', head + i + 1), 'm', data)
+        if maxlen > 0 then
+          redis.call('XADD', KEYS[1], 'MAXLEN', '~', maxlen, '*', 'm', data)
+        else
+          redis.call('XADD', KEYS[1], '*', 'm', data)
+        end
+      end
+      if remember == '1' then redis.call('HSET', replies, cid, reply) end
+      if head == 0 and n > 0 then redis.call('ZADD', KEYS[2], time, gid) end
+      out[#out + 1] = 2
+      out[#out + 1] = head + n
+    end
+  end
+end
+return out
+"""
+_COMMIT_SHA = hashlib.sha1(_COMMIT_LUA.encode()).hexdigest()
+
+
+class SeqConflict(Exception):
+    """The log moved on since the engine read it: reload the game and re-validate."""
+
+    def __init__(self, game_id: str, expected: int, actual: int) -> None:
+        super().__init__(f"game {game_id}: expected head {expected}, log is at {actual}")
+        self.game_id = game_id
+        self.expected = expected
+        self.actual = actual
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """One command's effect: its events (encoded, seqs head+1...) and its reply.
+
+    `remember` False is for answers that need no memory (no game exists to attach
+    them to, e.g. `unknown_game`); the head check still applies.
+    """
+
+    game_id: str
+    head: int
+    command_id: str
+    reply: bytes
+    events: Sequence[bytes] = ()
+    time: int = 0
+    remember: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """The outcome of a commit: `duplicate` means the id was seen and `reply` is the first."""
+
+    reply: bytes
+    head: int
+    duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    seq: int
+    data: bytes
+
+
+class EventStore:
+    """Game logs, feeds and command replies in one Redis deployment (`Keys`)."""
+
+    def __init__(self, redis: Redis, keys: Keys | None = None, feed_maxlen: int = 0) -> None:
+        self.redis = redis
+        self.keys = keys or Keys()
+        self.feed_maxlen = feed_maxlen
+
+    # -- writing -------------------------------------------------------------------------
+    def _call_args(self, p: int, commits: Sequence[Commit]) -> list[Any]:
+        k = self.keys
+        keys: list[Any] = [k.feed(p), k.games(p)]
+        args: list[Any] = [self.feed_maxlen]
+        for c in commits:
+            keys += (k.log(c.game_id), k.replies_memory(c.game_id))
+            args += (c.head, c.command_id, c.reply, 1 if c.remember else 0, c.time, c.game_id)
+            args.append(len(c.events))
+            args += c.events
+        return [len(keys), *keys, *args]
+
+    @staticmethod
+    def _outcome(c: Commit, status: Any, value: Any) -> Committed | SeqConflict:
+        if int(status) == 0:
+            return Committed(reply=bytes(value), head=-1, duplicate=True)
+        if int(status) == 1:
+            return SeqConflict(c.game_id, c.head, int(value))
+        return Committed(reply=c.reply, head=int(value), duplicate=False)
+
+    async def commit(self, c: Commit) -> Committed:
+        """Append one command's events atomically; raise `SeqConflict` if the head moved."""
+        (result,) = await self.commit_many([c])
+        if isinstance(result, SeqConflict):
+            raise result
+        return result
+
+    async def commit_many(self, commits: Sequence[Commit]) -> list[Committed | SeqConflict]:
+        """Many commits in one round trip, each atomic on its own, in order per partition.
+
+        Conflicts are returned, not raised, so that the caller can retry just those.
+        """
+        if not commits:
+            return []
+        calls: list[list[int]] = []  # indexes into commits, one list per script call
+        by_partition: dict[int, list[int]] = {}
+        for i, c in enumerate(commits):
+            group = by_partition.setdefault(self.keys.partition(c.game_id), [])
+            if len(group) == COMMITS_PER_CALL:
+                calls.append(group[:])
+                group.clear()
+            group.append(i)
+        calls += by_partition.values()
+        for attempt in range(2):
+            pipe = self.redis.pipeline(transaction=False)
+            for call in calls:
+                p = self.keys.partition(commits[call[0]].game_id)
+                pipe.evalsha(_COMMIT_SHA, *self._call_args(p, [commits[i] for i in call]))
+            raws = await pipe.execute(raise_on_error=False)
+            if attempt == 0 and any(isinstance(r, NoScriptError) for r in raws):
+                # The server lost its script cache (restart, SCRIPT FLUSH). A NOSCRIPT
+                # reply means that call did not run, so running the batch again after
+                # loading is safe: the calls that did run answer as duplicates.
+                await self.redis.script_load(_COMMIT_LUA)
+                continue
+            break
+        out: list[Committed | SeqConflict | None] = [None] * len(commits)
+        for call, raw in zip(calls, raws, strict=True):
+            if isinstance(raw, Exception):
+                raise raw
+            for j, i in enumerate(call):
+                out[i] = self._outcome(commits[i], raw[2 * j], raw[2 * j + 1])
+        return [r for r in out if r is not None]
+
+    async def submit(self, command: Command) -> bytes:
+        """Send a command to its game's partition command stream; returns the entry id."""
+        entry_id: Any = await self.redis.xadd(
+            self.keys.commands_for(command.game_id), {FIELD: encode(command)}
+        )
+        return bytes(entry_id)
+
+    # -- reading -------------------------------------------------------------------------
+    async def head(self, game_id: str) -> int:
+        """The seq of the last event of a game, 0 if it has no log."""
+        n: int = await self.redis.xlen(self.keys.log(game_id))
+        return n
+
+    async def read_raw(self, game_id: str, from_seq: int = 1) -> list[LogEntry]:
+        """The stored events of a game from `from_seq` on, as bytes with their seqs."""
+        entries: Any = await self.redis.xrange(self.keys.log(game_id), f"{max(from_seq, 1)}-0", "+")
+        return [LogEntry(_seq_of(entry_id), fields[FIELD_BYTES]) for entry_id, fields in entries]
+
+    async def read_events(self, game_id: str, from_seq: int = 1) -> list[Event]:
+        """The decoded events of a game from `from_seq` on."""
+        return [decode_event(e.data) for e in await self.read_raw(game_id, from_seq)]
+
+    async def game_ids(self, p: int | None = None) -> list[str]:
+        """Game ids in creation order, of one partition or of all of them."""
+        parts = [p] if p is not None else list(self.keys.all_partitions())
+        pipe = self.redis.pipeline(transaction=False)
+        for q in parts:
+            pipe.zrange(self.keys.games(q), 0, -1)
+        out: list[str] = []
+        for ids in await pipe.execute():
+            out.extend(i.decode() if isinstance(i, bytes) else i for i in ids)
+        return out
+
+    async def remembered_reply(self, game_id: str, command_id: str) -> bytes | None:
+        reply: Any = await self.redis.hget(self.keys.replies_memory(game_id), command_id)
+        return None if reply is None else bytes(reply)
+
+
+def _seq_of(entry_id: bytes | str) -> int:
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(text.split("-", 1)[0])
+
+
+def chain_problems(game_id: str, entries: Sequence[LogEntry]) -> list[str]:
+    """Everything wrong with a log as a hash chain: decoding, ids, seqs, links.
+
+    An empty list means: every entry decodes, entry n has seq n and the entry id
+    "<n>-0", belongs to `game_id`, and its prev_hash is the sha256 of entry n-1's bytes.
+    """
+    problems: list[str] = []
+    prev = ""
+    for n, entry in enumerate(entries, start=1):
+        where = f"game {game_id} entry {n}"
+        if entry.seq != n:
+            problems.append(f"{where}: entry id has seq {entry.seq}, expected {n}")
+        try:
+            event = decode_event(entry.data)
+        except DecodeError as exc:
+            problems.append(f"{where}: undecodable event ({exc.message})")
+            prev = event_hash(entry.data)
+            continue
+        if event.seq != n:
+            problems.append(f"{where}: event seq {event.seq}, expected {n}")
+        if event.game_id != game_id:
+            problems.append(f"{where}: event belongs to game {event.game_id}")
+        if event.prev_hash != prev:
+            problems.append(
+                f"{where}: prev_hash {event.prev_hash or '(empty)'} does not match"
+                f" sha256 of entry {n - 1} ({prev or '(empty)'})"
+            )
+        prev = event_hash(entry.data)
+    return problems

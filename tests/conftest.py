@@ -1,0 +1,109 @@
+"""Shared fixtures: a real redis-server that the test session starts, and clients that close.
+
+The session starts one redis-server of its own on a free port (never 6379, never a server it
+did not start) and gives every test a fresh database index on it, flushed before use, so tests
+cannot see each other's keys. `redis_url` is that database's URL (for subprocesses and services),
+`redis` an async client on it, `redis_factory` more clients (racing engines, killed consumers),
+`namespace` a unique key prefix for tests that share one database on purpose, and
+`redis_server_factory` private servers (AOF, restarts) that stop when the test ends.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis as redis_sync
+import redis.asyncio as aioredis
+
+from services.redis_embedded import EmbeddedRedis
+
+#: Databases on the session server: one per test; indexes wrap around after this many tests.
+TEST_DATABASES = 4096
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+_db_counter = itertools.count(1)
+_namespace_counter = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[EmbeddedRedis]:
+    server = EmbeddedRedis(databases=TEST_DATABASES)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_db(redis_server: EmbeddedRedis) -> int:
+    """A database index of the session server that no other test uses, emptied for this test."""
+    db = next(_db_counter) % TEST_DATABASES
+    # FLUSHDB only ever goes to the server this session started.
+    with redis_sync.Redis.from_url(redis_server.url_for_db(db)) as client:
+        client.flushdb()
+    return db
+
+
+@pytest.fixture
+def redis_url(redis_server: EmbeddedRedis, redis_db: int) -> str:
+    return redis_server.url_for_db(redis_db)
+
+
+@pytest.fixture
+async def redis_factory(redis_url: str) -> AsyncIterator[Callable[..., aioredis.Redis]]:
+    """Make async clients on this test's database; every one is closed when the test ends."""
+    opened: list[aioredis.Redis] = []
+
+    def make(**kwargs: Any) -> aioredis.Redis:
+        client = aioredis.Redis.from_url(redis_url, **kwargs)
+        opened.append(client)
+        return client
+
+    try:
+        yield make
+    finally:
+        for client in opened:
+            await client.aclose()
+
+
+@pytest.fixture
+async def redis(redis_factory: Callable[..., aioredis.Redis]) -> aioredis.Redis:
+    return redis_factory()
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A key prefix no other test in this session uses (in place of the default `agon`)."""
+    return f"agon-t{next(_namespace_counter)}"
+
+
+@pytest.fixture
+def redis_server_factory() -> Iterator[Callable[..., EmbeddedRedis]]:
+    """Start private redis-servers (e.g. `appendonly=True` to restart); all stop at the end."""
+    started: list[EmbeddedRedis] = []
+
+    def make(**kwargs: Any) -> EmbeddedRedis:
+        server = EmbeddedRedis(**kwargs)
+        started.append(server)
+        server.start()
+        return server
+
+    try:
+        yield make
+    finally:
+        for server in started:
+            server.stop()
+
+
+@pytest.fixture
+def shared_dir() -> Path:
+    """`../shared` beside the checkout, or skip: it is reference data, not part of the project."""
+    if not SHARED.is_dir():
+        pytest.skip("../shared/conformance not present (outside the project)")
+    return SHARED

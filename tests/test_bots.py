@@ -1,0 +1,242 @@
+"""Bots, bot workers and the dispatcher against a real redis-server.
+
+The random bot's choices are legal and reproducible; a worker answers a turn request with
+the expected seq and a command id that makes duplicates harmless, drops stale requests
+(log moved on, deadline passed) and survives broken inbox entries; the dispatcher writes
+turn requests only for bots, and claims a timeout when a seat overruns its move clock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from bots import TurnContext, bot_names, load_bot
+from bots.worker import BotWorker
+from engine import load_game
+from schemas.codec import FIELD, FIELD_BYTES, decode_command, decode_turn, encode, unpack
+from schemas.commands import CreateGame, PlayMove, SeatPlayer, SeatSpec
+from schemas.tokens import bot_token, server_secret
+from schemas.turns import TurnRequest
+from services.dispatcher import TIMEOUT_GRACE_MS, Dispatcher
+from services.engine_service import EngineService
+from services.keys import WORKERS_GROUP, Keys
+from services.runtime import ServiceSet, create_games
+
+KEYS = Keys()
+
+
+def test_the_registry_knows_the_random_bot_and_refuses_strangers() -> None:
+    assert "random" in bot_names()
+    assert load_bot("random").name == "random"
+    with pytest.raises(ValueError, match=r"unknown bot 'nobody'; known: .*random"):
+        load_bot("nobody")
+
+
+@pytest.mark.parametrize("game", ["teeko", "supply-chains", "overflow", "hexade"])
+def test_the_random_bot_plays_legal_reproducible_moves(game: str) -> None:
+    bot = load_bot("random")
+    state = load_game(game).new_initial_state()
+    seq = 4
+    while not state.is_terminal and state.ply < 60:
+        context = TurnContext("g1", state.seat_of(state.current_player), seq, 0)
+        move = bot.choose(state.clone(), context)
+        assert move == bot.choose(state.clone(), context), "same game and seq, same move"
+        assert move in {str(m) for m in state.legal_moves()}
+        state.apply(move)
+        seq += 1
+
+
+def test_the_random_bot_varies_between_games() -> None:
+    bot = load_bot("random")
+    state = load_game("teeko").new_initial_state()
+    moves = {bot.choose(state, TurnContext(f"g{i}", 1, 4, 0)) for i in range(30)}
+    assert len(moves) > 5
+
+
+async def start_game(redis: aioredis.Redis, engine: EngineService, gid: str = "g1") -> None:
+    create = CreateGame(
+        command_id=f"create-{gid}",
+        game_id=gid,
+        game="teeko",
+        seats=[SeatSpec(kind="bot", name="random")] * 2,
+    )
+    await redis.xadd(KEYS.commands_for(gid), {FIELD: encode(create)})
+    await engine.drain()
+
+
+def request(gid: str, seq: int, moves: list[str], **kw: Any) -> TurnRequest:
+    seat = 1 + len(moves) % 2
+    fields: dict[str, Any] = {
+        "game_id": gid,
+        "game": "teeko",
+        "options": {"markers": "8"},
+        "moves": moves,
+        "seq": seq,
+        "seat": seat,
+        "colour": seat,
+        "bot": "random",
+        "token": bot_token(server_secret(), gid, seat),
+    }
+    return TurnRequest(**(fields | kw))
+
+
+async def commands(redis: aioredis.Redis, gid: str) -> list[PlayMove]:
+    rows = await redis.xrange(KEYS.commands_for(gid))
+    out = [decode_command(f[FIELD_BYTES]) for _, f in rows]
+    return [c for c in out if isinstance(c, PlayMove)]
+
+
+async def test_a_worker_answers_with_the_expected_seq(redis: aioredis.Redis) -> None:
+    engine = EngineService(redis, KEYS)
+    await start_game(redis, engine)
+    head = await redis.xlen(KEYS.log("g1"))
+    worker = BotWorker(redis, "random", KEYS)
+    await redis.xadd(KEYS.bot_turns("random"), {FIELD: encode(request("g1", head, []))})
+    assert await worker.drain() == 1
+    [cmd] = await commands(redis, "g1")
+    assert (cmd.expected_seq, cmd.seat, cmd.command_id) == (head, 1, f"random:g1:{head}")
+    await engine.drain()
+    assert await redis.xlen(KEYS.log("g1")) == head + 1
+    assert (await redis.xpending(KEYS.bot_turns("random"), WORKERS_GROUP))["pending"] == 0
+
+
+async def test_a_duplicated_turn_appends_one_move(redis: aioredis.Redis) -> None:
+    engine = EngineService(redis, KEYS)
+    await start_game(redis, engine)
+    head = await redis.xlen(KEYS.log("g1"))
+    worker = BotWorker(redis, "random", KEYS)
+    other = BotWorker(redis, "random", KEYS)
+    data = encode(request("g1", head, []))
+    # Two copies, taken by two workers before the engine runs: both answer, one counts.
+    await redis.xadd(KEYS.bot_turns("random"), {FIELD: data})
+    await worker.drain()
+    await redis.xadd(KEYS.bot_turns("random"), {FIELD: data})
+    await other.drain()
+    assert len(await commands(redis, "g1")) == 2
+    await engine.drain()
+    assert await redis.xlen(KEYS.log("g1")) == head + 1
+    assert engine.stats.duplicates == 1
+
+
+async def test_stale_turn_requests_are_dropped(redis: aioredis.Redis) -> None:
+    engine = EngineService(redis, KEYS)
+    await start_game(redis, engine)
+    head = await redis.xlen(KEYS.log("g1"))
+    now = 1_800_000_000_000
+    worker = BotWorker(redis, "random", KEYS, clock=lambda: now)
+    inbox = KEYS.bot_turns("random")
+    await redis.xadd(inbox, {FIELD: encode(request("g1", head - 1, []))})  # log moved on
+    await redis.xadd(inbox, {FIELD: encode(request("g1", head, [], deadline=now - 1))})  # late
+    await redis.xadd(inbox, {FIELD: encode(request("nogame", 3, []))})  # no such log
+    assert await worker.drain() == 3
+    assert await commands(redis, "g1") == []
+    assert worker.stale == 3
+    assert (await redis.xpending(inbox, WORKERS_GROUP))["pending"] == 0
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {FIELD: b"\xc1"},
+        {FIELD: encode(request("g1", 4, [])).replace(b"turn_request", b"turn_rekwest")},
+        {"other": b"x"},
+        {FIELD: b"\xa3abc" * 30_000},
+    ],
+    ids=["not-msgpack", "unknown-type", "no-field", "too-large"],
+)
+async def test_a_broken_inbox_entry_is_dropped_and_the_worker_goes_on(
+    redis: aioredis.Redis, fields: dict[str, bytes]
+) -> None:
+    engine = EngineService(redis, KEYS)
+    await start_game(redis, engine)
+    head = await redis.xlen(KEYS.log("g1"))
+    inbox = KEYS.bot_turns("random")
+    await redis.xadd(inbox, fields)
+    await redis.xadd(inbox, {FIELD: encode(request("g1", head, []))})
+    worker = BotWorker(redis, "random", KEYS)
+    assert await worker.drain() == 2
+    assert len(await commands(redis, "g1")) == 1
+    assert (await redis.xpending(inbox, WORKERS_GROUP))["pending"] == 0
+
+
+async def test_the_worker_replays_only_new_moves(redis: aioredis.Redis) -> None:
+    """A cached position is extended by the request's new moves, never reused wrongly."""
+    worker = BotWorker(redis, "random", KEYS)
+    state = load_game("teeko").new_initial_state()
+    moves: list[str] = []
+    for seq in range(4, 12):
+        position = worker._position(request("g9", seq, moves))
+        assert position.board_string() == state.board_string()
+        chosen = worker.bot.choose(position, TurnContext("g9", 1, seq, 0))
+        state.apply(chosen)
+        moves.append(chosen)
+    # A request for an older position (fewer moves than cached) starts again from scratch.
+    assert worker._position(request("g9", 5, moves[:1])).ply == 1
+
+
+async def test_the_dispatcher_sends_turns_to_bots_only(redis: aioredis.Redis) -> None:
+    engine = EngineService(redis, KEYS)
+    create = CreateGame(
+        command_id="c",
+        game_id="mixed",
+        game="teeko",
+        seats=[SeatSpec(kind="bot", name="random"), SeatSpec(kind="human", name="")],
+        seed=3,
+    )
+    await redis.xadd(KEYS.commands_for("mixed"), {FIELD: encode(create)})
+    await engine.drain()
+    dispatcher = Dispatcher(redis, KEYS)
+    await dispatcher.drain()
+    # Seat 2 is an open human seat: the game has not started, nobody is to move.
+    assert await redis.xlen(KEYS.bot_turns("random")) == 0
+
+
+async def test_the_dispatcher_writes_a_complete_turn_request(redis: aioredis.Redis) -> None:
+    services = ServiceSet(redis, KEYS, ["random"])
+    [gid] = await create_games(redis, KEYS, [("teeko", {})], 1, ["random", "random"])
+    await services.engines[0].drain()
+    await services.dispatcher.drain()
+    [(_, fields)] = await redis.xrange(KEYS.bot_turns("random"))
+    turn = decode_turn(fields[FIELD_BYTES])
+    head = await redis.xlen(KEYS.log(gid))
+    assert (turn.game_id, turn.seq, turn.seat, turn.colour, turn.moves) == (gid, head, 1, 1, [])
+    assert turn.token == bot_token(server_secret(), gid, 1)
+    assert turn.deadline == 0, "no move clock was asked for"
+
+
+async def test_a_seat_that_overruns_its_clock_forfeits(redis: aioredis.Redis) -> None:
+    """A human who never moves: the dispatcher claims the timeout, the engine ends the game."""
+    clock = {"now": 1_800_000_000_000}
+    engine = EngineService(redis, KEYS, clock=lambda: clock["now"])
+    dispatcher = Dispatcher(redis, KEYS, clock=lambda: clock["now"])
+    reply = KEYS.reply_stream("t")
+    create = CreateGame(
+        command_id="c",
+        reply_to=reply,
+        game_id="slow",
+        game="teeko",
+        seats=[SeatSpec(kind="human", name="ada"), SeatSpec(kind="bot", name="random")],
+        move_time_ms=1000,
+    )
+    await redis.xadd(KEYS.commands_for("slow"), {FIELD: encode(create)})
+    seat = SeatPlayer(command_id="s", reply_to=reply, game_id="slow", seat=1, name="ada")
+    await redis.xadd(KEYS.commands_for("slow"), {FIELD: encode(seat)})
+    await engine.drain()
+    head = await redis.xlen(KEYS.log("slow"))
+    await dispatcher.drain()
+    clocks = KEYS.clocks(KEYS.partition("slow"))
+    assert await redis.zscore(clocks, f"slow|{head}") == clock["now"] + 1000
+    clock["now"] += 1000 + TIMEOUT_GRACE_MS - 1
+    assert await dispatcher.claim_timeouts() == 0, "not late yet"
+    clock["now"] += 1
+    assert await dispatcher.claim_timeouts() == 1
+    assert await dispatcher.claim_timeouts() == 0, "a clock is claimed once"
+    await engine.drain()
+    rows = await redis.xrange(KEYS.log("slow"))
+    last = unpack(rows[-1][1][FIELD_BYTES])
+    assert (last["type"], last["reason"], last["result"]) == ("game_ended", "time_forfeit", 2)
+    await dispatcher.drain()
+    assert await redis.zcard(clocks) == 0

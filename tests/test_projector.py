@@ -1,0 +1,263 @@
+"""The projector against a real redis-server: views, index, results, rebuild and verify.
+
+Games are played through the whole pipeline in drain mode (engine, dispatcher, random
+workers, projector), then the read models are checked: the view of every game (with the
+surplus display for the chains games), the game index, per-bot results, that `rebuild`
+reproduces them byte for byte, that replaying the feed changes nothing, and that `verify`
+finds an edited event and an edited view.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgpack
+import pytest
+import redis.asyncio as aioredis
+
+from schemas.codec import FIELD, FIELD_BYTES, decode_reply, encode, event_hash, unpack
+from schemas.commands import CreateGame, PlayMove, SeatPlayer, SeatSpec
+from services.keys import PROJECTOR_GROUP, Keys
+from services.projector import (
+    Projector,
+    compare_read_models,
+    rebuild,
+    snapshot,
+    verify,
+)
+from services.runtime import ServiceSet, create_games
+from services.streams import Entry
+
+KEYS = Keys()
+BOTS = ["random", "random"]
+#: Every game once, on small boards where there is a choice, so drains stay short.
+SPECS: list[tuple[str, dict[str, str]]] = [
+    ("supply-chains", {}),
+    ("supplier-sabotage", {}),
+    ("teeko", {}),
+    ("hexade", {}),
+    ("overflow", {"size": "3"}),
+]
+
+
+async def play(redis: aioredis.Redis, specs: Any = SPECS, count: int = 1) -> list[str]:
+    services = ServiceSet(redis, KEYS, ["random"])
+    ids = await create_games(redis, KEYS, specs, count, BOTS)
+    await services.drain()
+    return ids
+
+
+async def view(redis: aioredis.Redis, game_id: str) -> dict[str, Any]:
+    raw = await redis.get(KEYS.view(game_id))
+    assert raw is not None, f"no view of {game_id}"
+    result: dict[str, Any] = json.loads(raw)
+    return result
+
+
+async def test_every_game_ends_and_its_view_matches_its_log(redis: aioredis.Redis) -> None:
+    ids = await play(redis)
+    for gid in ids:
+        v = await view(redis, gid)
+        log = await redis.xrange(KEYS.log(gid))
+        last = unpack(log[-1][1][FIELD_BYTES])
+        assert v["status"] == "ended"
+        assert v["seq"] == len(log)
+        assert last["type"] == "game_ended"
+        assert v["result"]["winner"] == last["result"]
+        assert v["to_move"] == 0
+        moves = [unpack(f[FIELD_BYTES]) for _, f in log]
+        moves = [m for m in moves if m["type"] == "move_played"]
+        assert v["ply"] == len(moves)
+        assert v["last_move"]["move"] == moves[-1]["move"]
+        assert v["position"], "a board position"
+
+
+async def test_chains_views_carry_the_surplus_display(redis: aioredis.Redis) -> None:
+    [gid] = await play(redis, [("supply-chains", {})])
+    display = (await view(redis, gid))["display"]
+    assert display["chains"], "an ended Supply Chains game has chains"
+    for chain in display["chains"]:
+        assert chain["surplus"] == len(chain["suppliers_around"]) - len(chain["warehouses"])
+        assert set(chain["warehouses"]) <= set(chain["cells"])
+    assert set(display["deficit_warehouses"]) == {"1", "2"}
+    [teeko] = await play(redis, [("teeko", {})])
+    assert "display" not in await view(redis, teeko)
+
+
+async def test_index_and_bot_results(redis: aioredis.Redis) -> None:
+    ids = await play(redis, [("teeko", {})], count=4)
+    p_of = {gid: KEYS.partition(gid) for gid in ids}
+    for gid, p in p_of.items():
+        assert await redis.zscore(KEYS.index_status(p, "ended"), gid) is not None
+        assert await redis.zscore(KEYS.index_status(p, "playing"), gid) is None
+        assert await redis.zscore(KEYS.index_game(p, "teeko"), gid) is not None
+        assert await redis.zscore(KEYS.index_player(p, "random"), gid) is not None
+        assert await redis.zscore(KEYS.index_time(p), gid) is not None
+    totals: dict[str, int] = {}
+    for p in set(p_of.values()):
+        for k, v in (await redis.hgetall(KEYS.bot_results(p, "random"))).items():
+            totals[k.decode()] = totals.get(k.decode(), 0) + int(v)
+    # Both seats are "random": every game counts twice, and a decided game is a win and a loss.
+    assert totals["games"] == 8
+    assert totals.get("wins", 0) == totals.get("losses", 0)
+    assert totals.get("wins", 0) + totals.get("losses", 0) + totals.get("draws", 0) == 8
+
+
+async def test_rebuild_is_byte_identical_to_the_live_projection(redis: aioredis.Redis) -> None:
+    ids = await play(redis, count=2)
+    live = await snapshot(redis, KEYS)
+    assert len([k for k in live if ":view:" in k]) == len(ids)
+    stats = await rebuild(redis, KEYS)
+    assert (stats.games, stats.skipped) == (len(ids), [])
+    rebuilt = await snapshot(redis, KEYS)
+    assert compare_read_models(live, rebuilt) == []
+    assert rebuilt == live
+
+
+async def test_replaying_the_feed_changes_nothing(redis: aioredis.Redis) -> None:
+    await play(redis, [("teeko", {}), ("hexade", {})], count=2)
+    before = await snapshot(redis, KEYS)
+    # A new projector with an empty cache reads every feed again from the start: the
+    # `seen` guard must make every event a no-op (no double-counted results).
+    for p in KEYS.all_partitions():
+        await redis.xgroup_setid(KEYS.feed(p), PROJECTOR_GROUP, "0")
+    again = Projector(redis, KEYS)
+    assert await again.drain() > 0
+    assert again.writes == 0
+    assert await snapshot(redis, KEYS) == before
+
+
+async def test_a_stale_cache_loses_the_race_and_refolds(redis: aioredis.Redis) -> None:
+    """Two projectors of one group: the one holding an old position must not overwrite."""
+    services = ServiceSet(redis, KEYS, ["random"])
+    [gid] = await create_games(redis, KEYS, [("teeko", {})], 1, BOTS)
+    feed = KEYS.feed(KEYS.partition(gid))
+    # Play a few moves and let projector A cache the game.
+    for _ in range(3):
+        await services.engines[0].drain()
+        await services.dispatcher.drain()
+        await services.workers[0].drain()
+    a = services.projector
+    await a.drain()
+    seq_a = (await view(redis, gid))["seq"]
+    # Projector B projects the next events; A then gets a (redelivered) copy of them.
+    await services.engines[0].drain()
+    await services.dispatcher.drain()
+    await services.workers[0].drain()
+    await services.engines[0].drain()
+    b = Projector(redis, KEYS)
+    await b.drain()
+    seq_b = (await view(redis, gid))["seq"]
+    assert seq_b > seq_a
+    rows = await redis.xrange(feed)
+    copies = [Entry(feed, eid, f[FIELD_BYTES]) for eid, f in rows]
+    await a.process(copies)
+    assert (await view(redis, gid))["seq"] == seq_b
+    await services.drain()
+    report = await verify(redis, KEYS)
+    assert report.problems == []
+
+
+async def test_a_human_to_move_sees_the_legal_moves(redis: aioredis.Redis) -> None:
+    services = ServiceSet(redis, KEYS, ["random"])
+    reply_to = KEYS.reply_stream("test")
+    create = CreateGame(
+        command_id="create",
+        reply_to=reply_to,
+        game_id="human-1",
+        game="teeko",
+        seats=[SeatSpec(kind="human", name="ada"), SeatSpec(kind="bot", name="random")],
+    )
+    await redis.xadd(KEYS.commands_for("human-1"), {FIELD: encode(create)})
+    await services.drain()
+    assert (await view(redis, "human-1"))["status"] == "waiting"
+    seat = SeatPlayer(command_id="seat", reply_to=reply_to, game_id="human-1", seat=1, name="ada")
+    await redis.xadd(KEYS.commands_for("human-1"), {FIELD: encode(seat)})
+    await services.drain()
+    replies = [decode_reply(f[FIELD_BYTES]) for _, f in await redis.xrange(reply_to)]
+    token = replies[-1].token  # type: ignore[union-attr]
+    assert token
+    v = await view(redis, "human-1")
+    assert (v["status"], v["to_move"]) == ("playing", 1)
+    assert v["seats"][0] == {"seat": 1, "kind": "human", "name": "ada", "colour": 1, "seated": True}
+    assert len(v["legal"]) == 25, "Teeko's first move: any of the 25 cells"
+    move = PlayMove(
+        command_id="m1",
+        game_id="human-1",
+        seat=1,
+        token=token,
+        move=v["legal"][0],
+        expected_seq=v["seq"],
+    )
+    await redis.xadd(KEYS.commands_for("human-1"), {FIELD: encode(move)})
+    await services.drain()
+    v = await view(redis, "human-1")
+    # The bot answered, so the human is to move again.
+    assert (v["ply"], v["to_move"]) == (2, 1)
+    p = KEYS.partition("human-1")
+    assert await redis.zscore(KEYS.index_player(p, "ada"), "human-1") is not None
+    assert await redis.zscore(KEYS.index_status(p, "playing"), "human-1") is not None
+
+
+async def test_verify_passes_on_a_clean_pipeline(redis: aioredis.Redis) -> None:
+    ids = await play(redis)
+    report = await verify(redis, KEYS)
+    assert report.problems == []
+    assert report.games == len(ids)
+
+
+async def test_verify_catches_an_edited_event(redis: aioredis.Redis) -> None:
+    [gid] = await play(redis, [("teeko", {})])
+    log_key = KEYS.log(gid)
+    rows = await redis.xrange(log_key)
+    events = [unpack(f[FIELD_BYTES]) for _, f in rows]
+    target = next(i for i, e in enumerate(events) if e["type"] == "move_played")
+    # Forge the first move as the cell the second move took: entries still decode, but the
+    # chain breaks after the edit and the second move lands on an occupied cell.
+    edited = dict(events[target], move=events[target + 1]["move"])
+    datas = [f[FIELD_BYTES] for _, f in rows]
+    datas[target] = msgpack.packb(edited, use_bin_type=True)
+    await redis.delete(log_key)
+    for (eid, _), data in zip(rows, datas, strict=True):
+        await redis.xadd(log_key, {FIELD: data}, id=eid)
+    problems = (await verify(redis, KEYS)).problems
+    seq = target + 1
+    assert f"game {gid} entry {seq + 1}: prev_hash" in problems[0]
+    assert f"sha256 of entry {seq} ({event_hash(datas[target])})" in problems[0]
+    assert f"game {gid} seq {seq + 1}: move {edited['move']!r} rejected by the rules" in problems[1]
+
+
+async def test_verify_catches_an_edited_view(redis: aioredis.Redis) -> None:
+    [gid] = await play(redis, [("teeko", {})])
+    v = await view(redis, gid)
+    v["scores"] = [99, 0]
+    await redis.set(KEYS.view(gid), json.dumps(v, sort_keys=True, separators=(",", ":")))
+    report = await verify(redis, KEYS)
+    assert len(report.problems) == 1
+    [problem] = report.problems
+    assert KEYS.view(gid) in problem and "scores" in problem and "[99, 0]" in problem
+
+
+async def test_verify_catches_a_missing_view_and_an_extra_result(redis: aioredis.Redis) -> None:
+    [gid] = await play(redis, [("teeko", {})])
+    p = KEYS.partition(gid)
+    await redis.delete(KEYS.view(gid))
+    await redis.hincrby(KEYS.bot_results(p, "random"), "wins", 1)
+    problems = (await verify(redis, KEYS)).problems
+    assert any(KEYS.view(gid) in x and "missing" in x for x in problems)
+    assert any(KEYS.bot_results(p, "random") in x and "differs" in x for x in problems)
+
+
+@pytest.mark.parametrize("bad", [b"\xc1not msgpack", b"\x93\x01\x02\x03", None])
+async def test_a_broken_feed_entry_is_skipped_and_acknowledged(
+    redis: aioredis.Redis, bad: bytes | None
+) -> None:
+    feed = KEYS.feed(0)
+    projector = Projector(redis, KEYS)
+    await projector.reader.setup()
+    await redis.xadd(feed, {FIELD: bad} if bad is not None else {"x": b"1"})
+    await play(redis, [("teeko", {})])
+    await projector.drain()
+    assert (await redis.xpending(feed, PROJECTOR_GROUP))["pending"] == 0
+    assert (await verify(redis, KEYS)).problems == []
