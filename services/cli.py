@@ -21,6 +21,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("services.runtime:VERIFY", "replay every log, check hash chains and read models"),
     "rebuild": ("services.runtime:REBUILD", "recompute every read model from the logs"),
     "engine": ("services.engine_service", "run one engine service (validate, append, reply)"),
+    "projector": ("services.runtime:PROJECTOR", "run one projector (read models from the feeds)"),
+    "dispatcher": ("services.runtime:DISPATCHER", "run one dispatcher (turn requests, clocks)"),
+    "bots": ("services.runtime:BOTS", "run bot workers (answer turn requests)"),
 }
 
 

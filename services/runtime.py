@@ -28,7 +28,7 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -57,14 +57,6 @@ def connect(url: str) -> Redis:
     deduplicated by command id, appends check the log head, projections the seq.
     """
     return Redis.from_url(url, retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 8))
-
-
-class Subcommand(Protocol):
-    """The shape `services.cli` expects of a subcommand."""
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
-
-    def run(self, args: argparse.Namespace) -> int: ...
 
 
 #: How often selfplay looks at the game index while waiting for its games to end.
@@ -553,12 +545,65 @@ class _Up:
         return _with_redis(args, body)
 
 
+class _Service:
+    """One pipeline service in its own process, for scaling out (DESIGN.md, Running it)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        _common(parser)
+        if self.kind == "bots":
+            parser.add_argument(
+                "--bot", action="append", help=f"bot to serve, repeatable (default: {bot_names()})"
+            )
+        parser.add_argument(
+            "--drain", action="store_true", help="process what is there, then exit (burst mode)"
+        )
+
+    def _make(self, redis: Redis, keys: Keys, args: argparse.Namespace) -> list[Any]:
+        if self.kind == "projector":
+            return [Projector(redis, keys)]
+        if self.kind == "dispatcher":
+            return [Dispatcher(redis, keys)]
+        return [BotWorker(redis, bot, keys) for bot in args.bot or bot_names()]
+
+    def run(self, args: argparse.Namespace) -> int:
+        async def body(redis: Redis, keys: Keys, url: str) -> int:
+            services = self._make(redis, keys, args)
+            for service in services:
+                await service.reader.setup()
+            if args.drain:
+                handled = sum([await service.drain() for service in services])
+                print(f"{self.kind}: {handled} entries handled")
+                return 0
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            try:
+                await asyncio.gather(*(service.run(stop) for service in services))
+            finally:
+                for service in services:
+                    with contextlib.suppress(Exception):
+                        await service.reader.leave()
+            return 0
+
+        return _with_redis(args, body)
+
+
 UP = _Up()
+PROJECTOR = _Service("projector")
+DISPATCHER = _Service("dispatcher")
+BOTS = _Service("bots")
 SELFPLAY = _Selfplay()
 VERIFY = _Verify()
 REBUILD = _Rebuild()
 
 __all__ = [
+    "BOTS",
+    "DISPATCHER",
+    "PROJECTOR",
     "REBUILD",
     "SELFPLAY",
     "UP",
@@ -572,23 +617,3 @@ __all__ = [
     "selfplay",
     "wait_until_ended",
 ]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m services.runtime up|selfplay|verify|rebuild ...`, for use before `agon`."""
-    commands: dict[str, Subcommand] = {
-        "up": UP,
-        "selfplay": SELFPLAY,
-        "verify": VERIFY,
-        "rebuild": REBUILD,
-    }
-    parser = argparse.ArgumentParser(prog="python -m services.runtime")
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name, command in commands.items():
-        command.add_arguments(sub.add_parser(name, help=command.__doc__))
-    args = parser.parse_args(argv)
-    return commands[args.command].run(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

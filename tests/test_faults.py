@@ -86,7 +86,7 @@ async def test_a_process_killed_with_minus_9_mid_run(redis: aioredis.Redis, redi
         redis, KEYS, [("supply-chains", {}), ("overflow", {"size": "5"})], 15, BOTS
     )
     up = subprocess.Popen(
-        [sys.executable, "-m", "services.runtime", "up", "--redis-url", redis_url],
+        [sys.executable, "-m", "services.cli", "up", "--redis-url", redis_url],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

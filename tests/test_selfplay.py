@@ -1,6 +1,6 @@
 """Selfplay through the whole pipeline, the commands around it, and the embedded Redis.
 
-The commands run as real processes (`python -m services.runtime ...`, what `agon` runs)
+The commands run as real processes (`python -m services.cli ...`, what `agon` runs)
 against the test session's redis-server, or against the private one they start themselves
 when given no URL.
 """
@@ -30,7 +30,7 @@ KEYS = Keys()
 def agon(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     return subprocess.run(
-        [sys.executable, "-m", "services.runtime", *args],
+        [sys.executable, "-m", "services.cli", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
