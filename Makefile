@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 run: $(STAMP)
+	@command -v redis-server >/dev/null || $(PY) -m pip install --quiet -e '.[embedded]'
 	$(VENV)/bin/agon selfplay --game all --games 10 --bots random,random --verify
 
 lint: $(STAMP)
