@@ -11,9 +11,7 @@ the engine's first reply and changes nothing. Workers ask for no reply; the log 
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,16 +24,12 @@ from schemas.codec import FIELD, DecodeError, decode_turn, encode
 from schemas.commands import PlayMove
 from schemas.turns import TurnRequest
 from services.keys import WORKERS_GROUP, Keys
-from services.streams import Entry, GroupReader, consumer_name
+from services.streams import Entry, GroupReader, StreamConsumer, consumer_name, now_ms
 
 log = logging.getLogger("agon.bots")
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-class BotWorker:
+class BotWorker(StreamConsumer):
     """Serves one bot's inbox: `run` until stopped, or `drain` what is there."""
 
     def __init__(
@@ -62,6 +56,7 @@ class BotWorker:
             count=batch,
             claim_idle_ms=claim_idle_ms,
         )
+        self.dead_letter = self.keys.reader_dead_letter()
         self.block_ms = block_ms
         self.clock = clock
         self.cache_size = cache_size
@@ -71,57 +66,27 @@ class BotWorker:
         self._games: dict[tuple[str, tuple[tuple[str, str], ...]], Game] = {}
         self._states: OrderedDict[str, tuple[State, int]] = OrderedDict()
 
-    async def run(self, stop: asyncio.Event | None = None) -> None:
-        stop = stop or asyncio.Event()
-        while not stop.is_set():
-            try:
-                await self.process(await self.reader.read(self.block_ms))
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("bot %s: batch failed; retrying", self.bot.name)
-                self.reader.recover()
-                await asyncio.sleep(0.5)
-
-    async def drain(self) -> int:
-        handled = 0
-        while True:
-            entries = await self.reader.read(None, reclaim=not handled)
-            if not entries:
-                return handled
-            handled += len(entries)
-            await self.process(entries)
+    def forget(self) -> None:
+        self._states.clear()
 
     async def process(self, entries: Sequence[Entry]) -> None:
-        requests = [r for r in map(self._decode, entries) if r is not None]
-        requests = await self._current(requests)
+        requests = []
+        for entry in entries:
+            try:
+                if entry.data is None:
+                    raise DecodeError("malformed", f"no field {FIELD!r}")
+                requests.append(decode_turn(entry.data))
+            except DecodeError as exc:
+                # Only the dispatcher writes inboxes: there is nobody to answer.
+                await self.set_aside(entry, exc)
         pipe = self.redis.pipeline(transaction=False)
-        for req in requests:
-            move = self._think(req)
-            if move is None:
-                continue
-            command = PlayMove(
-                command_id=f"{self.bot.name}:{req.game_id}:{req.seq}",
-                game_id=req.game_id,
-                seat=req.seat,
-                token=req.token,
-                move=move,
-                expected_seq=req.seq,
-            )
-            pipe.xadd(self.keys.commands_for(req.game_id), {FIELD: encode(command)})
-            self.moves_sent += 1
+        for req in await self._current(requests):
+            command = self._answer(req)
+            if command is not None:
+                pipe.xadd(self.keys.commands_for(req.game_id), {FIELD: encode(command)})
+                self.moves_sent += 1
         await pipe.execute()
         await self.reader.ack(entries)
-
-    def _decode(self, entry: Entry) -> TurnRequest | None:
-        try:
-            if entry.data is None:
-                raise DecodeError("malformed", "no field 'm'")
-            return decode_turn(entry.data)
-        except DecodeError as exc:
-            # Only the dispatcher writes inboxes; there is nobody to answer.
-            log.error("bot %s: dropping inbox entry %r: %s", self.bot.name, entry.entry_id, exc)
-            return None
 
     async def _current(self, requests: list[TurnRequest]) -> list[TurnRequest]:
         """The requests still worth answering: in time, and the log still at their seq."""
@@ -136,14 +101,22 @@ class BotWorker:
         self.stale += len(requests) - len(out)
         return out
 
-    def _think(self, req: TurnRequest) -> str | None:
+    def _answer(self, req: TurnRequest) -> PlayMove | None:
+        """The bot's move as a command, or None when the bot has none that can be sent."""
         try:
             state = self._position(req)
-            context = TurnContext(req.game_id, req.seat, req.seq, req.deadline)
-            return self.bot.choose(state, context)
+            move = self.bot.choose(state, TurnContext(req.game_id, req.seat, req.seq, req.deadline))
+            return PlayMove(
+                command_id=f"{self.bot.name}:{req.game_id}:{req.seq}",
+                game_id=req.game_id,
+                seat=req.seat,
+                token=req.token,
+                move=move,
+                expected_seq=req.seq,
+            )
         except Exception:
-            # A bot that cannot move must not stop the others; the move clock, if any,
-            # ends this game.
+            # A bot that cannot move, or answers what no command can carry, must not stop
+            # the other games; the move clock, if the game has one, ends this one.
             log.exception("bot %s: no move for game %s seq %d", self.bot.name, req.game_id, req.seq)
             self._states.pop(req.game_id, None)
             self.failed += 1

@@ -6,7 +6,8 @@ options, the moves so far, the seq to answer, seat, token, deadline) goes to tha
 `agon:bot:{<bot>}:turns`. When the game has a per-move limit, the deadline (time of the head
 event + limit, the engine's own rule) goes into the partition's clock zset as "<id>|<seq>";
 `claim_timeouts` sends a `ClaimTimeout` for every passed deadline, and the engine decides
-whether it really is late. A clock is claimed by whichever dispatcher removes it first.
+whether it really is late. A clock is claimed by whichever dispatcher removes it first, in
+the same atomic write that sends the claim, so a failed write never loses a clock.
 
 What it needs of a game (options, seats, moves) is folded from the feed and cached; on a miss
 or a gap the game is folded from its log. A redelivered entry can send a turn request twice;
@@ -16,7 +17,6 @@ with its first reply), so dispatch is at least once and its effect exactly once.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -31,7 +31,7 @@ from schemas.commands import ClaimTimeout
 from schemas.tokens import bot_token, server_secret
 from schemas.turns import TurnRequest
 from services.keys import DISPATCHER_GROUP, Keys
-from services.streams import Entry, GroupReader, consumer_name
+from services.streams import Entry, GroupReader, StreamConsumer, as_text, consumer_name, now_ms
 
 log = logging.getLogger("agon.dispatcher")
 
@@ -39,10 +39,24 @@ log = logging.getLogger("agon.dispatcher")
 INBOX_MAXLEN = 100_000
 #: A deadline is claimed this long after it passes, so the engine's clock agrees it passed.
 TIMEOUT_GRACE_MS = 50
+#: Passed deadlines claimed per partition per sweep; the rest wait for the next sweep.
+CLAIMS_PER_SWEEP = 500
 
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+# Claim passed clocks of one partition: send each claim, then remove its clock. Atomic, so
+# two dispatchers never both claim one clock; the XADD comes first because Redis does not
+# roll a script back, so a failed write leaves the clock for the next sweep.
+# KEYS: clocks zset, command stream. ARGV: the entry field, then (member, claim) pairs.
+_CLAIM_LUA = """
+local claimed = 0
+for i = 2, #ARGV, 2 do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    redis.call('XADD', KEYS[2], '*', ARGV[1], ARGV[i + 1])
+    redis.call('ZREM', KEYS[1], ARGV[i])
+    claimed = claimed + 1
+  end
+end
+return claimed
+"""
 
 
 @dataclass
@@ -79,7 +93,7 @@ class GameTurns:
             time=ev["time"],
         )
 
-    def apply(self, ev: dict[str, Any]) -> None:
+    def evolve(self, ev: dict[str, Any]) -> None:
         kind = ev["type"]
         if kind in ("game_started", "move_played"):
             self.to_move = ev["to_move"]
@@ -97,7 +111,7 @@ class GameTurns:
         return self.time + self.move_time_ms if self.move_time_ms else 0
 
 
-class Dispatcher:
+class Dispatcher(StreamConsumer):
     """One dispatcher consumer: `run` until stopped, or `drain` what is there."""
 
     def __init__(
@@ -125,53 +139,42 @@ class Dispatcher:
             count=batch,
             claim_idle_ms=claim_idle_ms,
         )
-        self.block_ms = block_ms
+        self.dead_letter = self.keys.reader_dead_letter()
+        # Wake at least once per clock sweep, even when the feeds are quiet.
+        self.block_ms = min(block_ms, int(clock_every_s * 1000)) or 1
         self.clock_every_s = clock_every_s
         self.clock = clock
         self.cache_size = cache_size
         self.turns_sent = 0
         self.timeouts_claimed = 0
         self._cache: OrderedDict[str, GameTurns] = OrderedDict()
+        self._next_sweep = 0.0
+        self._claim = redis.register_script(_CLAIM_LUA)
 
-    async def run(self, stop: asyncio.Event | None = None) -> None:
-        stop = stop or asyncio.Event()
-        block = min(self.block_ms, int(self.clock_every_s * 1000)) or 1
-        next_clock = 0.0
-        while not stop.is_set():
-            try:
-                await self.process(await self.reader.read(block))
-                if time.monotonic() >= next_clock:
-                    next_clock = time.monotonic() + self.clock_every_s
-                    await self.claim_timeouts()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("dispatcher: batch failed; retrying")
-                self.reader.recover()
-                self._cache.clear()
-                await asyncio.sleep(0.5)
+    def forget(self) -> None:
+        self._cache.clear()
+
+    async def tick(self) -> None:
+        if time.monotonic() >= self._next_sweep:
+            self._next_sweep = time.monotonic() + self.clock_every_s
+            await self.claim_timeouts()
 
     async def drain(self) -> int:
-        """Dispatch everything the feeds hold (and claim passed deadlines), then return."""
-        handled = 0
-        while True:
-            entries = await self.reader.read(None, reclaim=not handled)
-            if not entries:
-                await self.claim_timeouts()
-                return handled
-            handled += len(entries)
-            await self.process(entries)
+        """Dispatch everything the feeds hold, then claim passed deadlines, and return."""
+        handled = await super().drain()
+        await self.claim_timeouts()
+        return handled
 
     async def process(self, entries: Sequence[Entry]) -> None:
         by_game: dict[str, list[dict[str, Any]]] = {}
         for entry in entries:
             try:
                 if entry.data is None:
-                    raise DecodeError("malformed", "no field 'm'")
+                    raise DecodeError("malformed", f"no field {FIELD!r}")
                 ev = unpack(entry.data)
                 by_game.setdefault(ev["game_id"], []).append(ev)
             except (DecodeError, KeyError) as exc:
-                log.error("dispatcher: skipping feed entry %r: %s", entry.entry_id, exc)
+                await self.set_aside(entry, exc)
         games = await self._advance(by_game)
         pipe = self.redis.pipeline(transaction=False)
         for g in games:
@@ -196,24 +199,9 @@ class Dispatcher:
                 refold.append(gid)  # a miss or a gap: this consumer has not seen it all
                 continue
             for s in seqs:
-                g.apply(fresh[s])
+                g.evolve(fresh[s])
             out.append(g)
-        if refold:
-            pipe = self.redis.pipeline(transaction=False)
-            for gid in refold:
-                pipe.xrange(self.keys.log(gid), "-", "+")
-            for gid, rows in zip(refold, await pipe.execute(), strict=True):
-                old = self._cache.get(gid)
-                try:
-                    events = [unpack(fields[FIELD_BYTES]) for _, fields in rows]
-                    g = GameTurns.start(events[0])
-                    for ev in events[1:]:
-                        g.apply(ev)
-                except Exception:
-                    log.exception("dispatcher: the log of game %s does not fold", gid)
-                    continue
-                g.dispatched = old.dispatched if old is not None else 0
-                out.append(g)
+        out.extend(await self._refold(refold))
         for g in out:
             if g.ended:
                 self._cache.pop(g.game_id, None)
@@ -222,6 +210,32 @@ class Dispatcher:
                 self._cache.move_to_end(g.game_id)
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
+        return out
+
+    async def _refold(self, game_ids: Sequence[str]) -> list[GameTurns]:
+        """These games folded again from their logs, in one trip.
+
+        A log that does not fold is logged and skipped: the engine wrote it, so that is a
+        bug to look at, not input to retry.
+        """
+        if not game_ids:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for gid in game_ids:
+            pipe.xrange(self.keys.log(gid), "-", "+")
+        out: list[GameTurns] = []
+        for gid, rows in zip(game_ids, await pipe.execute(), strict=True):
+            try:
+                events = [unpack(fields[FIELD_BYTES]) for _, fields in rows]
+                g = GameTurns.start(events[0])
+                for ev in events[1:]:
+                    g.evolve(ev)
+            except Exception:
+                log.exception("dispatcher: the log of game %s does not fold", gid)
+                continue
+            old = self._cache.get(gid)
+            g.dispatched = old.dispatched if old is not None else 0
+            out.append(g)
         return out
 
     def _queue_turn(self, pipe: Any, g: GameTurns) -> None:
@@ -261,32 +275,25 @@ class Dispatcher:
     async def claim_timeouts(self, now: int | None = None) -> int:
         """Send a `ClaimTimeout` for every deadline passed (by the grace) in any partition."""
         limit = (self.clock() if now is None else now) - TIMEOUT_GRACE_MS
-        pipe = self.redis.pipeline(transaction=False)
         parts = list(self.keys.all_partitions())
+        pipe = self.redis.pipeline(transaction=False)
         for p in parts:
-            pipe.zrangebyscore(self.keys.clocks(p), "-inf", limit, start=0, num=500)
-        due = [(p, _text(m)) for p, ms in zip(parts, await pipe.execute(), strict=True) for m in ms]
+            pipe.zrangebyscore(self.keys.clocks(p), "-inf", limit, start=0, num=CLAIMS_PER_SWEEP)
+        answers = await pipe.execute()
+        due = [(p, members) for p, members in zip(parts, answers, strict=True) if members]
         if not due:
             return 0
         pipe = self.redis.pipeline(transaction=False)
-        for p, member in due:
-            pipe.zrem(self.keys.clocks(p), member)
-        won = await pipe.execute()
-        pipe = self.redis.pipeline(transaction=False)
-        claimed = 0
-        for (_, member), removed in zip(due, won, strict=True):
-            if not removed:
-                continue  # another dispatcher took this clock
-            gid, _, seq = member.rpartition("|")
-            claim = ClaimTimeout(
-                command_id=f"timeout:{gid}:{seq}", game_id=gid, expected_seq=int(seq)
-            )
-            pipe.xadd(self.keys.commands_for(gid), {FIELD: encode(claim)})
-            claimed += 1
-        await pipe.execute()
+        for p, members in due:
+            args: list[Any] = [FIELD]
+            for member in map(as_text, members):
+                gid, _, seq = member.rpartition("|")
+                claim = ClaimTimeout(
+                    command_id=f"timeout:{gid}:{seq}", game_id=gid, expected_seq=int(seq)
+                )
+                args += [member, encode(claim)]
+            keys = [self.keys.clocks(p), self.keys.commands(p)]
+            await self._claim(keys=keys, args=args, client=pipe)
+        claimed = sum(int(n) for n in await pipe.execute())
         self.timeouts_claimed += claimed
         return claimed
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -21,6 +21,7 @@ Layout, for prefix "agon" and partition p:
     agon:{p}:index:...                  projector: game index zsets (status, game, player, time)
     agon:{p}:botresults:<bot>           projector: one bot's results
     agon:bot:{<bot>}:turns              a bot's inbox; group `workers`
+    agon:readers:dead                   feed and inbox entries set aside by their readers
     agon:replies:<name>                 a reply stream (e.g. one per gateway or CLI process)
 """
 
@@ -89,6 +90,10 @@ class Keys:
 
     def dead_letter(self, p: int) -> str:
         return f"{self._p(p)}:dead"
+
+    def reader_dead_letter(self) -> str:
+        """Entries the projector, dispatcher or a bot worker could not handle on their own."""
+        return f"{self.prefix}:readers:dead"
 
     # -- dispatcher ---------------------------------------------------------------------
     def clocks(self, p: int) -> str:

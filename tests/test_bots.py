@@ -2,27 +2,32 @@
 
 The random bot's choices are legal and reproducible; a worker answers a turn request with
 the expected seq and a command id that makes duplicates harmless, drops stale requests
-(log moved on, deadline passed) and survives broken inbox entries; the dispatcher writes
-turn requests only for bots, and claims a timeout when a seat overruns its move clock.
+(log moved on, deadline passed) and survives broken inbox entries, a bot answer no command
+can carry and its inbox being deleted; the dispatcher writes turn requests only for bots,
+sets aside feed entries that do not fold, and claims a timeout when a seat overruns its move
+clock, keeping the clock when the claim cannot be written.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import msgpack
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
 
 from bots import TurnContext, bot_names, load_bot
 from bots.worker import BotWorker
-from engine import load_game
+from engine import State, load_game
 from schemas.codec import FIELD, FIELD_BYTES, decode_command, decode_turn, encode, unpack
-from schemas.commands import CreateGame, PlayMove, SeatPlayer, SeatSpec
+from schemas.commands import ClaimTimeout, CreateGame, PlayMove, SeatPlayer, SeatSpec
 from schemas.tokens import bot_token, server_secret
 from schemas.turns import TurnRequest
 from services.dispatcher import TIMEOUT_GRACE_MS, Dispatcher
 from services.engine_service import EngineService
-from services.keys import WORKERS_GROUP, Keys
+from services.keys import DISPATCHER_GROUP, WORKERS_GROUP, Keys
 from services.runtime import ServiceSet, create_games
 
 KEYS = Keys()
@@ -240,3 +245,90 @@ async def test_a_seat_that_overruns_its_clock_forfeits(redis: aioredis.Redis) ->
     assert (last["type"], last["reason"], last["result"]) == ("game_ended", "time_forfeit", 2)
     await dispatcher.drain()
     assert await redis.zcard(clocks) == 0
+
+
+# -- bad input never stops a consumer, and nothing acknowledged is lost ----------------------
+class LongWindedBot:
+    """Answers game "rambling" with a move text the command schema refuses (too long)."""
+
+    name = "random"
+
+    def __init__(self) -> None:
+        self.plain = load_bot("random")
+
+    def choose(self, state: State, context: TurnContext) -> str:
+        if context.game_id == "rambling":
+            return "a1" * 40
+        return self.plain.choose(state, context)
+
+
+async def test_a_move_the_schema_refuses_costs_only_its_own_turn(redis: aioredis.Redis) -> None:
+    engine = EngineService(redis, KEYS)
+    await start_game(redis, engine, "g1")
+    await start_game(redis, engine, "rambling")
+    head = await redis.xlen(KEYS.log("g1"))
+    inbox = KEYS.bot_turns("random")
+    await redis.xadd(inbox, {FIELD: encode(request("rambling", head, []))})
+    await redis.xadd(inbox, {FIELD: encode(request("g1", head, []))})
+    worker = BotWorker(redis, LongWindedBot(), KEYS)
+    assert await worker.drain() == 2
+    assert [c.game_id for c in await commands(redis, "g1")] == ["g1"]
+    assert await commands(redis, "rambling") == []
+    assert worker.failed == 1
+    assert (await redis.xpending(inbox, WORKERS_GROUP))["pending"] == 0
+
+
+async def test_a_feed_entry_that_does_not_fold_is_set_aside(redis: aioredis.Redis) -> None:
+    """An event without a seq: the dispatcher dead-letters it and serves the rest of the batch."""
+    engine = EngineService(redis, KEYS)
+    await start_game(redis, engine, "g1")
+    feed = KEYS.feed(KEYS.partition("g1"))
+    bogus = msgpack.packb({"type": "move_played", "game_id": "ghost"})
+    bogus_id = await redis.xadd(feed, {FIELD: bogus})
+    dispatcher = Dispatcher(redis, KEYS)
+    await dispatcher.drain()
+    [(_, fields)] = await redis.xrange(KEYS.bot_turns("random"))
+    assert decode_turn(fields[FIELD_BYTES]).game_id == "g1"
+    [(_, dead)] = await redis.xrange(KEYS.reader_dead_letter())
+    assert (dead[b"stream"], dead[b"id"], dead[FIELD_BYTES]) == (feed.encode(), bogus_id, bogus)
+    assert (await redis.xpending(feed, DISPATCHER_GROUP))["pending"] == 0
+
+
+async def test_a_timeout_claim_that_cannot_be_sent_keeps_its_clock(redis: aioredis.Redis) -> None:
+    """The clock goes only together with the claim: a failed write leaves it for the next try."""
+    dispatcher = Dispatcher(redis, KEYS, clock=lambda: 1_800_000_000_000)
+    clocks = KEYS.clocks(KEYS.partition("slow"))
+    await redis.zadd(clocks, {"slow|3": 1_700_000_000_000})
+    await redis.set(KEYS.commands_for("slow"), "not a stream")  # every XADD to it fails
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        await dispatcher.claim_timeouts()
+    assert await redis.zscore(clocks, "slow|3") is not None
+    await redis.delete(KEYS.commands_for("slow"))
+    assert await dispatcher.claim_timeouts() == 1
+    [(_, fields)] = await redis.xrange(KEYS.commands_for("slow"))
+    claim = decode_command(fields[FIELD_BYTES])
+    assert isinstance(claim, ClaimTimeout) and claim.expected_seq == 3
+    assert await redis.zcard(clocks) == 0
+
+
+async def test_a_worker_outlives_its_inbox(redis: aioredis.Redis) -> None:
+    """The inbox and its group deleted under a running worker: it makes them again."""
+    engine = EngineService(redis, KEYS)
+    await start_game(redis, engine)
+    head = await redis.xlen(KEYS.log("g1"))
+    inbox = KEYS.bot_turns("random")
+    worker = BotWorker(redis, "random", KEYS, block_ms=20)
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        while not await redis.exists(inbox):
+            await asyncio.sleep(0.01)
+        await redis.delete(inbox)
+        await redis.xadd(inbox, {FIELD: encode(request("g1", head, []))})
+        async with asyncio.timeout(10):
+            while not await commands(redis, "g1"):
+                await asyncio.sleep(0.02)
+    finally:
+        stop.set()
+        await task
+    assert worker.moves_sent == 1

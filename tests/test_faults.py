@@ -28,6 +28,11 @@ KEYS = Keys()
 BOTS = ["random", "random"]
 
 
+async def pending(redis: aioredis.Redis, stream: str, group: str) -> int:
+    count: int = (await redis.xpending(stream, group))["pending"]
+    return count
+
+
 async def settle_and_verify(redis: aioredis.Redis, ids: list[str]) -> None:
     """Finish the games with fresh services that claim what dead consumers left, then verify."""
     survivors = ServiceSet(redis, KEYS, ["random"], claim_idle_ms=0)
@@ -38,12 +43,7 @@ async def settle_and_verify(redis: aioredis.Redis, ids: list[str]) -> None:
     assert report.problems == []
     for p in KEYS.all_partitions():
         for group in (PROJECTOR_GROUP, DISPATCHER_GROUP):
-            assert (await redis.xpending(KEYS.feed(p), group))["pending"] == 0
-
-
-async def pending(redis: aioredis.Redis, stream: str, group: str) -> int:
-    count: int = (await redis.xpending(stream, group))["pending"]
-    return count
+            assert await pending(redis, KEYS.feed(p), group) == 0
 
 
 async def test_a_projector_that_dies_holding_a_batch(redis: aioredis.Redis) -> None:
