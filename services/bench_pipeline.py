@@ -41,10 +41,11 @@ from engine import load_game
 from schemas.codec import FIELD, encode, unpack
 from schemas.commands import CreateGame, PlayMove, SeatSpec
 from schemas.tokens import bot_token, server_secret
-from services.engine_service import EngineService, EngineStats
+from services.engine_service import EngineService, EngineStats, settle_heap
 from services.keys import Keys
 from services.projector import rebuild
 from services.redis_embedded import redis_url_or_embedded
+from services.store import connect
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_MOVES_PER_SEC = 10_000
@@ -392,9 +393,10 @@ def print_pipeline_table(results: Sequence[dict[str, Any]]) -> None:
 
 # -- the engine process the benchmark starts -------------------------------------------------
 async def _engine(url: str, prefix: str, mode: str) -> None:
-    redis = Redis.from_url(url)
+    redis = connect(url)
     engine = EngineService(redis, Keys(prefix=prefix), batch=512, block_ms=100)
     await engine.setup()
+    settle_heap()  # as `agon engine` does
     if mode == "drain2":
         await engine.drain()
         print("created", flush=True)

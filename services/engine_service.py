@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import hmac
 import logging
 import time
@@ -53,6 +54,8 @@ from schemas.codec import (
     decode_command,
     decode_event,
     encode,
+    encode_accepted,
+    encode_move_played,
     event_hash,
 )
 from schemas.codec import reply_address as read_reply_address
@@ -74,7 +77,7 @@ from schemas.events import (
     MovePlayed,
     PlayerSeated,
 )
-from schemas.replies import Accepted, RejectCode, Rejected
+from schemas.replies import RejectCode, Rejected
 from schemas.tokens import (
     admin_token,
     bot_token,
@@ -85,7 +88,7 @@ from schemas.tokens import (
 )
 from services.keys import DEFAULT_PARTITIONS, DEFAULT_PREFIX, ENGINE_GROUP, Keys
 from services.redis_embedded import add_redis_url_argument, redis_url_or_embedded
-from services.store import Commit, Committed, EventStore, LogEntry, SeqConflict
+from services.store import Commit, Committed, EventStore, LogEntry, SeqConflict, connect
 from services.streams import Entry, GroupReader, consumer_name
 
 log = logging.getLogger("agon.engine")
@@ -98,6 +101,17 @@ MAX_CONFLICT_RETRIES = 8
 MAX_DELIVERIES = 5
 DEAD_LETTER_MAXLEN = 10_000
 REPLY_MAXLEN = 10_000
+
+
+def settle_heap() -> None:
+    """Move everything allocated so far (modules, rules tables) out of the collector's sight.
+
+    Call once a serving process has started: a full collection otherwise rescans the
+    whole startup heap, a pause of tens of milliseconds in the middle of serving;
+    afterwards collections see only what the loop itself keeps.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def now_ms() -> int:
@@ -133,6 +147,9 @@ class GameRecord:
     seated: dict[int, PlayerSeated] = field(default_factory=dict)
     started: bool = False
     ended: GameEnded | None = None
+    #: Per seat, the last token that matched its logged hash: a bot sends the same token
+    #: with every move, and comparing it is cheaper than hashing it again.
+    verified: dict[int, str] = field(default_factory=dict)
 
     @classmethod
     def from_log(cls, game_id: str, entries: Sequence[LogEntry]) -> GameRecord | None:
@@ -163,6 +180,7 @@ class GameRecord:
         self.last_time = event.time
         if isinstance(event, PlayerSeated):
             self.seated[event.seat] = event
+            self.verified.pop(event.seat, None)
         elif isinstance(event, GameStarted):
             self.started = True
         elif isinstance(event, GameEnded):
@@ -322,19 +340,28 @@ class Rules:
         except IllegalMoveError as exc:
             raise Reject("illegal_move", str(exc)) from None
         # The move is in: from here on `rec` carries it. The log keeps canonical notation.
-        self._emit(
-            out,
-            cmd,
+        # Every value below comes from the checked command and the engine's own state, so
+        # the event is encoded without building (and validating) a model: this is the
+        # hot path. tests/test_engine_service.py holds the bytes to the model's encoding.
+        to_move = 0 if state.is_terminal else state.seat_of(state.current_player)
+        seq = rec.head + 1
+        after = state.scores()
+        data = encode_move_played(
+            rec.game_id,
+            seq,
             now,
-            MovePlayed,
-            ply=ply,
-            seat=cmd.seat,
-            colour=colour,
-            move=str(move),
-            scores_after=rec.scores(),
-            colours=rec.colours(),
-            to_move=rec.to_move,
+            cmd.command_id,
+            rec.last_hash,
+            ply,
+            cmd.seat,
+            colour,
+            str(move),
+            None if after is None else list(after),
+            rec.colours(),
+            to_move,
         )
+        rec.head, rec.last_hash, rec.last_time = seq, event_hash(data), now
+        out.events.append(data)
         outcome = state.outcome()
         if outcome is not None:
             winner = state.seat_of(outcome.winner) if outcome.winner else 0
@@ -374,8 +401,12 @@ class Rules:
         seated = rec.seated.get(seat)
         if seated is None:
             raise Reject("bad_token", f"seat {seat} of game {rec.game_id} is not taken")
+        known = rec.verified.get(seat)
+        if known is not None and hmac.compare_digest(token, known):
+            return
         if not token_matches(token, seated.token_hash):
             raise Reject("bad_token", f"wrong token for seat {seat} of game {rec.game_id}")
+        rec.verified[seat] = token
 
     def _start_if_full(self, out: Decision, cmd: Command, now: int) -> None:
         rec = out.record
@@ -487,6 +518,7 @@ class EngineService:
             claim_every_s=claim_every_s,
         )
         self._ready = False
+        self._flushing: asyncio.Future[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     async def setup(self) -> None:
@@ -506,7 +538,7 @@ class EngineService:
                     await self.sweep_poison()
                     await self.trim_commands()
                     next_sweep = time.monotonic() + self.claim_every_s
-                await self.process(await self.reader.read(self.block_ms))
+                await self._process(await self.reader.read(self.block_ms))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -516,6 +548,7 @@ class EngineService:
                 if "NOGROUP" in str(exc):
                     self._ready = False  # the streams were deleted: create the groups again
                 await asyncio.sleep(0.5)
+        await self._flushed()
 
     async def drain(self) -> int:
         """Process everything available (stale pending entries first), then return.
@@ -529,8 +562,9 @@ class EngineService:
         entries = await self.reader.read(None, reclaim=True)
         while entries:
             handled += len(entries)
-            await self.process(entries)
+            await self._process(entries)
             entries = await self.reader.read(None)
+        await self._flushed()
         return handled
 
     # -- reading -------------------------------------------------------------------------
@@ -578,6 +612,18 @@ class EngineService:
     # -- processing ------------------------------------------------------------------------
     async def process(self, entries: Sequence[Entry]) -> None:
         """Decide, commit, reply and acknowledge a batch of entries."""
+        await self._process(entries)
+        await self._flushed()
+
+    async def _process(self, entries: Sequence[Entry]) -> None:
+        """Decide and commit a batch; its replies and acks leave in the background.
+
+        The serving loops go on to read and decide the next batch while Redis takes
+        this one's replies and acks: one round trip less between a command and the
+        next. At most one flush is in flight, so replies keep their order; a failed
+        flush leaves its entries pending (their commits are done and remembered), so a
+        later delivery answers them again from the replies memory.
+        """
         if not entries:
             return
         self.stats.entries += len(entries)
@@ -589,7 +635,19 @@ class EngineService:
                 pending.append(work)
         while pending:
             pending = await self._round(pending, out)
-        await self._flush(out)
+        try:
+            await self._flushed()
+        except Exception:
+            # This batch's flush must still go out; the failed one's entries stay pending.
+            log.exception("engine %s: replies and acks of a batch failed", self.consumer)
+        if out.replies or out.dead or out.acks:
+            self._flushing = asyncio.ensure_future(self._flush(out))
+
+    async def _flushed(self) -> None:
+        """Wait for the flush in flight, if any (it raises here if it failed)."""
+        task, self._flushing = self._flushing, None
+        if task is not None:
+            await task
 
     def _decode(self, entry: Entry, out: _Outbox) -> Work | None:
         if entry.data is None:
@@ -682,7 +740,14 @@ class EngineService:
             # Without a game there is nothing to attach a memory to; the head check still
             # proves that no game appeared meanwhile.
             return Commit(
-                cmd.game_id, head, cmd.command_id, encode(reply), (), now, rec is not None
+                cmd.game_id,
+                head,
+                cmd.command_id,
+                encode(reply),
+                (),
+                now,
+                rec is not None,
+                self._ack_in_commit(work),
             )
         except Exception as exc:
             # A bug: never kill the loop for it.
@@ -691,13 +756,32 @@ class EngineService:
             self._fail(work, f"engine error: {type(exc).__name__}: {exc}", out)
             return None
         self._cache_put(decision.record)
-        accepted = Accepted(
-            command_id=cmd.command_id,
-            game_id=cmd.game_id,
-            seq=decision.record.head,
-            token=decision.token,
+        accepted = encode_accepted(
+            cmd.command_id, cmd.game_id, decision.record.head, decision.token
         )
-        return Commit(cmd.game_id, head, cmd.command_id, encode(accepted), decision.events, now)
+        return Commit(
+            cmd.game_id,
+            head,
+            cmd.command_id,
+            accepted,
+            decision.events,
+            now,
+            ack=self._ack_in_commit(work),
+        )
+
+    def _ack_in_commit(self, work: Work) -> bytes:
+        """The entry id for the commit script to acknowledge, or b"" to ack after replying.
+
+        A command nobody waits on (bots send none) is done once committed, so its ack
+        rides in the commit; one with a reply is acknowledged only after the reply went
+        out. The script can only ack on its own partition's command stream.
+        """
+        if work.command.reply_to:
+            return b""
+        entry = work.entry
+        if self._streams.get(entry.stream) != self.store.partition(work.command.game_id):
+            return b""
+        return entry.entry_id
 
     def _settle(self, work: Work, commit: Commit, result: Committed, out: _Outbox) -> None:
         cmd = work.command
@@ -717,7 +801,8 @@ class EngineService:
             self.stats.rejected += 1
         if cmd.reply_to:
             out.replies.append((cmd.reply_to, result.reply))
-        out.ack(work.entry)
+        if not commit.ack:
+            out.ack(work.entry)  # else the commit script acknowledged it
 
     def _fail(self, work: Work, reason: str, out: _Outbox) -> None:
         """A command the engine cannot handle at all: dead-letter it, tell the sender."""
@@ -844,9 +929,11 @@ def run(args: argparse.Namespace) -> int:
     )
 
     async def main(url: str) -> int:
-        redis = Redis.from_url(url)
+        redis = connect(url)
         engine = EngineService(redis, Keys(args.prefix, args.partitions), batch=args.batch)
         try:
+            await engine.setup()
+            settle_heap()
             if args.drain:
                 print(f"engine {engine.consumer}: {await engine.drain()} entries handled")
             else:

@@ -297,6 +297,33 @@ async def test_every_rejection_leaves_the_log_unchanged_with_a_clear_reply(
     assert engine.stats.rejected == len(cases)
 
 
+async def test_a_token_once_verified_is_still_checked_on_every_move(
+    h: Harness, engine: EngineService
+) -> None:
+    # The engine remembers a seat's last good token to skip hashing it again; a forged
+    # token after good ones must still be refused, and the good one still accepted.
+    await h.create("g1")
+    await engine.drain()
+    state = load_game("teeko").new_initial_state()
+    seq = 4
+    for seat in (1, 2):
+        move = str(state.legal_moves()[0])
+        cid = await h.send(h.move("g1", seat, move, seq))
+        await engine.drain()
+        assert isinstance(await h.reply(cid), Accepted)
+        state.apply(move)
+        seq += 1
+    move = str(state.legal_moves()[0])
+    forged = await h.send(h.move("g1", 1, move, seq, token=bot_token(SECRET, "g1", 2)))
+    await engine.drain()
+    reply = await h.reply(forged)
+    assert isinstance(reply, Rejected) and reply.code == "bad_token"
+    good = await h.send(h.move("g1", 1, move, seq))
+    await engine.drain()
+    assert isinstance(await h.reply(good), Accepted)
+    assert await h.store.head("g1") == seq + 1
+
+
 async def test_create_rejections(h: Harness, engine: EngineService) -> None:
     unknown = await h.create("g1", game="chess")
     bad_option = await h.create("g2", options={"markers": "9"})
@@ -447,6 +474,40 @@ async def test_engines_racing_on_many_games_lose_and_double_nothing(
         assert [e.seq for e in log] == list(range(1, len(log) + 1))
         assert isinstance(log[-1], GameEnded)
         assert chain_problems(gid, await h.store.read_raw(gid)) == []
+    assert await h.pending() == 0
+
+
+async def test_commands_without_a_reply_address_are_acknowledged_by_their_commit(
+    h: Harness, make_engine: Callable[..., EngineService]
+) -> None:
+    # Bots send no reply_to: the commit script acknowledges their entries. Racing
+    # engines and blind retries must still apply each move once and leave nothing pending.
+    engines = [make_engine(batch=3), make_engine(batch=3)]
+    games = {f"q{i}": random_moves("teeko", seed=300 + i)[0] for i in range(8)}
+    for gid in games:
+        await h.create(gid)
+    await engines[0].drain()
+    seqs = dict.fromkeys(games, 4)
+    for ply in range(max(len(m) for m in games.values())):
+        for gid, moves in games.items():
+            if ply < len(moves):
+                seat, move = moves[ply]
+                for _ in range(2):
+                    await h.send(
+                        h.move(gid, seat, move, seqs[gid]).model_copy(update={"reply_to": ""})
+                    )
+                seqs[gid] += 1 + (ply == len(moves) - 1)
+        await asyncio.gather(*(e.drain() for e in engines))
+    # One sent to the wrong partition's stream is acknowledged too (by the flush).
+    stray = h.move("q0", 1, "A1", seqs["q0"]).model_copy(update={"reply_to": ""})
+    wrong = next(p for p in h.keys.all_partitions() if p != h.keys.partition("q0"))
+    await h.redis.xadd(h.keys.commands(wrong), {"m": encode(stray)})
+    await engines[1].drain()
+    for gid, moves in games.items():
+        log = await h.log(gid)
+        assert [(e.seat, e.move) for e in log if isinstance(e, MovePlayed)] == moves
+        assert isinstance(log[-1], GameEnded) and log[-1].seq == seqs[gid]
+    assert sum(e.stats.rejected for e in engines) > 0  # the copies were refused
     assert await h.pending() == 0
 
 

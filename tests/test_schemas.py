@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -18,6 +19,8 @@ from schemas.codec import (
     decode_reply,
     decode_turn,
     encode,
+    encode_accepted,
+    encode_move_played,
     event_hash,
     reply_address,
     schemas,
@@ -99,6 +102,47 @@ def test_events_round_trip_with_stable_bytes(model: BaseModel) -> None:
     assert back == model
     # The hash chain hashes stored bytes; re-encoding a decoded event must not change them.
     assert encode(back) == data
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"scores_after": None, "colours": [1, 2], "to_move": 2, "move": "C4", "ply": 0},
+        {"scores_after": [3, 11], "colours": [2, 1], "to_move": 0, "move": "swap", "ply": 41},
+        {"scores_after": [0, 0], "colours": [1, 2], "to_move": 1, "move": "xé3", "ply": 7},
+    ],
+)
+def test_the_engines_fast_encoders_write_the_models_bytes(fields: dict[str, Any]) -> None:
+    # The engine encodes MovePlayed and Accepted without models: the bytes must be the
+    # very bytes `encode` gives, or hash chains and idempotent replies would differ.
+    common = {
+        "game_id": "g-1",
+        "seq": 9,
+        "time": 1_700_000_000_123,
+        "command_id": "m-g-1-7",
+        "prev_hash": H,
+        "seat": 2,
+        "colour": 1,
+    }
+    model = MovePlayed(**common, **fields)
+    fast = encode_move_played(
+        common["game_id"],
+        common["seq"],
+        common["time"],
+        common["command_id"],
+        common["prev_hash"],
+        fields["ply"],
+        common["seat"],
+        common["colour"],
+        fields["move"],
+        fields["scores_after"],
+        fields["colours"],
+        fields["to_move"],
+    )
+    assert fast == encode(model) and decode_event(fast) == model
+    for token in (None, "tok"):
+        reply = Accepted(command_id="c", game_id="g-1", seq=9, token=token)
+        assert encode_accepted("c", "g-1", 9, token) == encode(reply)
 
 
 def test_replies_and_turns_round_trip() -> None:

@@ -9,13 +9,14 @@ import zlib
 
 import pytest
 import redis.asyncio as aioredis
+import redis.exceptions
 
 from schemas.codec import decode_event, decode_reply, encode, event_hash
 from schemas.commands import PlayMove, SeatSpec
 from schemas.events import GameCreated, GameStarted, MovePlayed
 from schemas.replies import Accepted, Rejected
-from services.keys import Keys, partition_of
-from services.store import Commit, EventStore, LogEntry, SeqConflict, chain_problems
+from services.keys import ENGINE_GROUP, Keys, partition_of
+from services.store import Commit, EventStore, LogEntry, SeqConflict, chain_problems, connect
 
 
 def events_for(game_id: str, start_seq: int, prev_hash: str, moves: list[str]) -> list[bytes]:
@@ -130,6 +131,25 @@ async def test_seq_conflict_is_typed_and_changes_nothing(store: EventStore) -> N
     assert done.head == 4
 
 
+async def test_a_commit_acknowledges_its_command_entry_only_when_done(
+    store: EventStore,
+) -> None:
+    # A command nobody waits on is acknowledged by the script that commits it (or finds
+    # it already done); a conflict leaves it pending for the retry.
+    stream = store.keys.commands(store.keys.partition("g1"))
+    await store.redis.xgroup_create(stream, ENGINE_GROUP, id="0", mkstream=True)
+    ids = [await store.redis.xadd(stream, {"m": b"x"}) for _ in range(3)]
+    await store.redis.xreadgroup(ENGINE_GROUP, "engine-1", {stream: ">"})
+    events = events_for("g1", 1, "", [])
+    await store.commit(Commit("g1", 0, "c0", accepted("c0", "g1", 2), events, ack=ids[0]))
+    with pytest.raises(SeqConflict):
+        await store.commit(Commit("g1", 0, "c1", accepted("c1", "g1", 2), events, ack=ids[1]))
+    again = await store.commit(Commit("g1", 7, "c0", accepted("c0", "g1", 9), (), ack=ids[2]))
+    assert again.duplicate
+    pending = await store.redis.xpending_range(stream, ENGINE_GROUP, "-", "+", 10)
+    assert [row["message_id"] for row in pending] == [ids[1]]
+
+
 async def test_rejections_are_remembered_only_when_asked(store: EventStore) -> None:
     events = events_for("g1", 1, "", [])
     await store.commit(Commit("g1", 0, "c1", accepted("c1", "g1", 2), events))
@@ -165,6 +185,29 @@ async def test_commit_many_mixes_outcomes_and_survives_script_flush(store: Event
     # Commits in one pipeline run in order: b1 saw b0's events.
     assert not isinstance(chained, SeqConflict) and chained.head == 3
     assert chain_problems("b", await store.read_raw("b")) == []
+
+
+async def test_a_hiredis_packing_client_speaks_the_same_protocol(
+    redis_url: str, namespace: str
+) -> None:
+    # The engine's client packs commands with hiredis: everything the store does must
+    # work through it, multi-word commands and refusals included.
+    fast = connect(redis_url)
+    try:
+        assert fast.connection_pool.connection_class.__name__.startswith("Hiredis")
+        store = EventStore(fast, Keys(prefix=namespace))
+        events = events_for("h1", 1, "", ["A1", "B2"])
+        done = await store.commit(Commit("h1", 0, "c0", accepted("c0", "h1", 4), events))
+        assert done.head == 4 and [e.data for e in await store.read_raw("h1")] == events
+        await fast.xgroup_create(store.keys.log("h1"), "g", id="0")
+        groups = await fast.xinfo_groups(store.keys.log("h1"))  # "XINFO GROUPS": two words
+        assert [g["name"] for g in groups] == [b"g"]
+        await fast.set(f"{namespace}:x", "é")
+        assert await fast.get(f"{namespace}:x") == "é".encode()
+        with pytest.raises(redis.exceptions.DataError):
+            await fast.set(f"{namespace}:y", True)  # type: ignore[arg-type]
+    finally:
+        await fast.aclose()
 
 
 async def test_chain_problems_catch_an_edited_event(store: EventStore) -> None:
