@@ -307,11 +307,20 @@ async def latency(
 
 
 async def rebuild_rate(redis: Redis, url: str, keys: Keys) -> dict[str, Any]:
+    """Events/s of `agon rebuild` (one process per core), with where the CPU went: the
+    rebuild processes' own time per event and the Redis server's share."""
     workers = os.cpu_count() or 1
+    redis_cpu = await _redis_cpu(redis)
+    before = os.times()
     started = time.perf_counter()
     stats = await rebuild(redis, keys, workers=workers, url=url)
     seconds = time.perf_counter() - started
+    after = os.times()
+    redis_cpu = await _redis_cpu(redis) - redis_cpu
+    # The worker processes have been reaped by now, so their time is in `children_*`.
+    python_cpu = sum(after[:4]) - sum(before[:4])
     rate = stats.events / seconds
+    events = stats.events or 1
     return {
         "name": "rebuild",
         "workers": workers,
@@ -319,9 +328,17 @@ async def rebuild_rate(redis: Redis, url: str, keys: Keys) -> dict[str, Any]:
         "events": stats.events,
         "seconds": round(seconds, 3),
         "events_per_sec": round(rate, 1),
+        "python_cpu_us_per_event": round(python_cpu / events * 1e6, 2),
+        "redis_cpu_us_per_event": round(redis_cpu / events * 1e6, 2),
         "target_events_per_sec": TARGET_REBUILD_EVENTS_PER_SEC,
         "met": rate >= TARGET_REBUILD_EVENTS_PER_SEC,
     }
+
+
+async def _redis_cpu(redis: Redis) -> float:
+    """CPU seconds the Redis server has used (user + system, all threads)."""
+    info: Any = await redis.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 async def _bench(url: str, seconds: float, rate: float) -> list[dict[str, Any]]:
@@ -389,6 +406,11 @@ def print_pipeline_table(results: Sequence[dict[str, Any]]) -> None:
                 f"{'rebuild':<22} {r['events_per_sec']:>7.0f} events/s"
                 f" {r['target_events_per_sec']:>10}/s {met:>5}  {r['ratio_to_xadd']:.3f}"
             )
+            if "python_cpu_us_per_event" in r:
+                print(
+                    f"{'  cpu per event':<22} {r['python_cpu_us_per_event']:>6.1f} us Python"
+                    f" ({r['workers']} processes), {r['redis_cpu_us_per_event']:.1f} us Redis"
+                )
 
 
 # -- the engine process the benchmark starts -------------------------------------------------

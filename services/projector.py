@@ -25,12 +25,14 @@ in Redis with the ones recomputed from the logs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import gc
 import json
 import logging
 import multiprocessing
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,11 +42,11 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
 from engine import Game, Move, State, load_game
-from schemas.codec import FIELD_BYTES, DecodeError, decode_event, unpack
+from schemas.codec import FIELD, FIELD_BYTES, DecodeError, decode_event, unpack
 from schemas.events import GameCreated, GameEnded, GameStarted, MovePlayed, PlayerSeated
 from services.keys import PROJECTOR_GROUP, Keys
-from services.store import LogEntry, chain_problems
-from services.streams import Entry, GroupReader, consumer_name
+from services.store import LogEntry, chain_problems, connect
+from services.streams import Entry, GroupReader, StreamConsumer, as_text, consumer_name
 
 log = logging.getLogger("agon.projector")
 
@@ -151,12 +153,49 @@ class GameProjection:
 
     def apply(self, ev: dict[str, Any]) -> None:
         """Fold the next event (seq must follow on)."""
-        if ev["seq"] != self.seq + 1:
-            raise ValueError(f"game {self.game_id}: event seq {ev['seq']} after {self.seq}")
+        self.extend((ev,))
+
+    def extend(self, events: Iterable[dict[str, Any]]) -> None:
+        """Fold the next events, in seq order (each seq must follow on).
+
+        Replaying moves is the bulk of a fold (and of `rebuild`), so a move only goes to the
+        engine, through the unchecked action path: the engine checked it before logging it,
+        and `verify` checks it again. The facts a move event carries (ply, seat to move,
+        scores, colours, last move) are each the newest one's, so only the move before
+        another kind of event, or the last one, sets them. A fold that raises midway leaves
+        the projection half-updated: callers drop it.
+        """
+        state = self.state
+        actions = self.actions
+        seq = self.seq
+        last_move: dict[str, Any] | None = None
+        ev: dict[str, Any] | None = None
+        for ev in events:
+            seq += 1
+            if ev["seq"] != seq:
+                raise ValueError(f"game {self.game_id}: event seq {ev['seq']} after {seq - 1}")
+            if ev["type"] == "move_played":
+                if state is not None:
+                    text = ev["move"]
+                    action = actions.get(text)
+                    if action is None:
+                        action = actions[text] = state.game.action_of(Move.parse(text))
+                    state.apply_action(action)
+                last_move = ev
+                continue
+            if last_move is not None:
+                self._moved(last_move)
+                last_move = None
+            self._other(ev)
+        if last_move is not None:
+            self._moved(last_move)
+        if ev is not None:
+            self.seq = seq
+            self.updated = ev["time"]
+
+    def _other(self, ev: dict[str, Any]) -> None:
         kind = ev["type"]
-        if kind == "move_played":
-            self._move(ev)
-        elif kind == "player_seated":
+        if kind == "player_seated":
             seat = self.seats[ev["seat"] - 1]
             seat["name"], seat["kind"], seat["seated"] = ev["name"], ev["kind"], True
         elif kind == "game_started":
@@ -176,17 +215,9 @@ class GameProjection:
                 self.scores = list(ev["scores"])
         else:
             raise ValueError(f"game {self.game_id}: unexpected event {kind!r} at seq {ev['seq']}")
-        self.seq = ev["seq"]
-        self.updated = ev["time"]
 
-    def _move(self, ev: dict[str, Any]) -> None:
-        if self.state is not None:
-            # The engine checked this move before logging it; `verify` re-checks.
-            text = ev["move"]
-            action = self.actions.get(text)
-            if action is None:
-                action = self.actions[text] = self.state.game.action_of(Move.parse(text))
-            self.state.apply_action(action)
+    def _moved(self, ev: dict[str, Any]) -> None:
+        """The facts of a move event, once its move (and every one before) is replayed."""
         self.ply = ev["ply"] + 1
         self.to_move = ev["to_move"]
         self.scores = ev["scores_after"]
@@ -261,26 +292,26 @@ def _rules(name: str, options: tuple[tuple[str, str], ...]) -> tuple[Game, dict[
 
 def fold(game_id: str, events: Iterable[dict[str, Any]]) -> GameProjection:
     """Fold a whole log's event maps into its projection."""
-    return fold_with_summary(game_id, events)[0]
+    it = iter(events)
+    first = next(it, None)
+    if first is None:
+        raise ValueError(f"game {game_id} has an empty log")
+    proj = GameProjection.start(first)
+    if proj.game_id != game_id:
+        raise ValueError(f"the log of game {game_id} belongs to game {proj.game_id}")
+    proj.extend(it)
+    return proj
 
 
 def fold_with_summary(
-    game_id: str, events: Iterable[dict[str, Any]], at: int = 0
+    game_id: str, events: Sequence[dict[str, Any]], at: int = 0
 ) -> tuple[GameProjection, Summary | None]:
     """Fold a whole log; also the summary as it stood at seq `at` (None if `at` is 0)."""
-    proj: GameProjection | None = None
-    before: Summary | None = None
-    for ev in events:
-        if proj is None:
-            proj = GameProjection.start(ev)
-        else:
-            proj.apply(ev)
-        if at and proj.seq == at:
-            before = proj.summary()
-    if proj is None:
-        raise ValueError(f"game {game_id} has an empty log")
-    if proj.game_id != game_id:
-        raise ValueError(f"the log of game {game_id} belongs to game {proj.game_id}")
+    if not at:
+        return fold(game_id, events), None
+    proj = fold(game_id, events[:at])
+    before = proj.summary() if proj.seq == at else None
+    proj.extend(events[at:])
     return proj, before
 
 
@@ -369,8 +400,12 @@ class ReadModelWriter:
 
 
 # -- the live projector ---------------------------------------------------------------------
-class Projector:
-    """Consumes every partition's feed (group `projector`) into the read models."""
+class Projector(StreamConsumer):
+    """Consumes every partition's feed (group `projector`) into the read models.
+
+    `run` and `drain` are `StreamConsumer`'s: an entry that fails on its own is set aside
+    to the readers' dead letters, so that it cannot stall the feed.
+    """
 
     def __init__(
         self,
@@ -393,6 +428,7 @@ class Projector:
             count=batch,
             claim_idle_ms=claim_idle_ms,
         )
+        self.dead_letter = self.keys.reader_dead_letter()
         self.writer = ReadModelWriter(redis, self.keys)
         self.block_ms = block_ms
         self.cache_size = cache_size
@@ -402,37 +438,22 @@ class Projector:
         self.refolds = 0
         self._cache: OrderedDict[str, GameProjection] = OrderedDict()
 
-    async def run(self, stop: asyncio.Event | None = None) -> None:
-        stop = stop or asyncio.Event()
-        while not stop.is_set():
-            try:
-                await self.process(await self.reader.read(self.block_ms))
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                # Unacknowledged entries stay pending and are claimed again: nothing is lost.
-                log.exception("projector: batch failed; retrying")
-                self.reader.recover()
-                self._cache.clear()
-                await asyncio.sleep(0.5)
-
-    async def drain(self) -> int:
-        """Project everything there is (and what idle dead consumers left), then return."""
-        handled = 0
-        while True:
-            entries = await self.reader.read(None, reclaim=not handled)
-            if not entries:
-                return handled
-            handled += len(entries)
-            await self.process(entries)
+    def forget(self) -> None:
+        """A failed batch may have folded events it never wrote: fold from Redis again."""
+        self._cache.clear()
 
     async def process(self, entries: Sequence[Entry]) -> None:
         by_game: dict[str, list[dict[str, Any]]] = {}
         for entry in entries:
-            ev = self._decode(entry)
-            if ev is not None:
-                self.events += 1
-                by_game.setdefault(ev["game_id"], []).append(ev)
+            try:
+                ev = _feed_event(entry)
+            except DecodeError as exc:
+                # Only the event store writes feeds, so this is corruption to report, not a
+                # reason to stop; `agon verify` reads the logs, the source of truth.
+                await self.set_aside(entry, exc)
+                continue
+            self.events += 1
+            by_game.setdefault(ev["game_id"], []).append(ev)
         pending = list(by_game)
         for _ in range(3):
             if not pending:
@@ -441,20 +462,6 @@ class Projector:
         if pending:
             log.warning("projector: %d games kept racing; their next event retries", len(pending))
         await self.reader.ack(entries)
-
-    def _decode(self, entry: Entry) -> dict[str, Any] | None:
-        try:
-            if entry.data is None:
-                raise DecodeError("malformed", "no field 'm'")
-            ev = unpack(entry.data)
-            if not isinstance(ev.get("game_id"), str) or not isinstance(ev.get("seq"), int):
-                raise DecodeError("malformed", "no game_id/seq")
-            return ev
-        except DecodeError as exc:
-            # Only the event store writes feeds; a broken entry is corruption to report,
-            # not a reason to stop. `agon verify` reads the logs, the source of truth.
-            log.error("projector: skipping feed entry %s %r: %s", entry.stream, entry.entry_id, exc)
-            return None
 
     async def _project(
         self, game_ids: list[str], by_game: dict[str, list[dict[str, Any]]]
@@ -494,8 +501,7 @@ class Projector:
                 continue
             before = proj.summary() if stored else None
             try:
-                for s in seqs:
-                    proj.apply(fresh[s])
+                proj.extend(fresh[s] for s in seqs)
             except Exception:
                 log.exception("projector: game %s does not fold; dropped from cache", gid)
                 self._cache.pop(gid, None)
@@ -548,13 +554,23 @@ class Projector:
         return refused
 
 
+def _feed_event(entry: Entry) -> dict[str, Any]:
+    """The event map of a feed entry, with the two fields the projector routes by."""
+    if entry.data is None:
+        raise DecodeError("malformed", f"no field {FIELD!r}")
+    ev = unpack(entry.data)
+    if not isinstance(ev.get("game_id"), str) or not isinstance(ev.get("seq"), int):
+        raise DecodeError("malformed", "no game_id/seq")
+    return ev
+
+
 # -- rebuild, snapshot, verify --------------------------------------------------------------
 async def game_ids(redis: Redis, keys: Keys) -> list[str]:
     """Every game id of every partition, partition by partition, in creation order."""
     pipe = redis.pipeline(transaction=False)
     for p in keys.all_partitions():
         pipe.zrange(keys.games(p), 0, -1)
-    return [_text(g) for ids in await pipe.execute() for g in ids]
+    return [as_text(g) for ids in await pipe.execute() for g in ids]
 
 
 async def read_logs(redis: Redis, keys: Keys, ids: Sequence[str]) -> list[list[LogEntry]]:
@@ -562,7 +578,7 @@ async def read_logs(redis: Redis, keys: Keys, ids: Sequence[str]) -> list[list[L
     for gid in ids:
         pipe.xrange(keys.log(gid), "-", "+")
     return [
-        [LogEntry(int(_text(eid).split("-", 1)[0]), fields[FIELD_BYTES]) for eid, fields in rows]
+        [LogEntry(int(as_text(eid).split("-", 1)[0]), fields[FIELD_BYTES]) for eid, fields in rows]
         for rows in await pipe.execute()
     ]
 
@@ -579,7 +595,7 @@ async def read_model_keys(redis: Redis, keys: Keys) -> list[str]:
     )
     found: list[str] = []
     for pattern in patterns:
-        found.extend([_text(k) async for k in redis.scan_iter(match=pattern, count=1000)])
+        found.extend([as_text(k) async for k in redis.scan_iter(match=pattern, count=1000)])
     mine = {keys.read_model_pattern(p).split("[", 1)[0] for p in keys.all_partitions()}
     return sorted(k for k in found if k[: k.index("}") + 2] in mine)
 
@@ -615,10 +631,13 @@ class ReadModels:
         self.zsets: dict[str, dict[str, int]] = {}
 
     def add(self, proj: GameProjection) -> None:
+        """Add one game's read models; if it raises, nothing of the game was added."""
         gid, keys = proj.game_id, self.keys
-        self.strings[keys.view(gid)] = proj.view_bytes()
+        view = proj.view_bytes()
+        ops = read_model_ops(keys, gid, None, proj.summary())
+        self.strings[keys.view(gid)] = view
         self.values.setdefault(keys.projector_seen(keys.partition(gid)), {})[gid] = proj.seq
-        for op in read_model_ops(keys, gid, None, proj.summary()):
+        for op in ops:
             if op[0] == "Z":
                 self.zsets.setdefault(op[1], {})[op[3]] = op[2]
             elif op[0] == "R":
@@ -673,7 +692,7 @@ async def rebuild(
     parts = list(keys.all_partitions())
     if workers <= 1 or not url or "fork" not in multiprocessing.get_all_start_methods():
         return await _rebuild_partitions(redis, keys, parts, chunk)
-    shares = [parts[i::workers] for i in range(workers)]
+    shares = await _shares(redis, keys, parts, workers)
     loop = asyncio.get_running_loop()
     # Fork, not spawn: the children start at once, with the engine already imported.
     context = multiprocessing.get_context("fork")
@@ -694,11 +713,27 @@ async def rebuild(
     return stats
 
 
+async def _shares(redis: Redis, keys: Keys, parts: list[int], workers: int) -> list[list[int]]:
+    """Partitions dealt to `workers` so that each gets about as many games: biggest first,
+    each to the least loaded worker. The whole rebuild waits for the slowest one."""
+    pipe = redis.pipeline(transaction=False)
+    for p in parts:
+        pipe.zcard(keys.games(p))
+    sizes = dict(zip(parts, await pipe.execute(), strict=True))
+    shares: list[list[int]] = [[] for _ in range(workers)]
+    loads = [0] * workers
+    for p in sorted(parts, key=lambda p: -sizes[p]):
+        i = loads.index(min(loads))
+        shares[i].append(p)
+        loads[i] += sizes[p]
+    return [share for share in shares if share]
+
+
 def _rebuild_in_process(
     url: str, prefix: str, partitions: int, parts: list[int], chunk: int
 ) -> RebuildStats:
     async def main() -> RebuildStats:
-        redis = Redis.from_url(url)
+        redis = connect(url)  # packs commands in C: the writes have many arguments
         try:
             return await _rebuild_partitions(redis, Keys(prefix, partitions), parts, chunk)
         finally:
@@ -710,29 +745,105 @@ def _rebuild_in_process(
 async def _rebuild_partitions(
     redis: Redis, keys: Keys, parts: Sequence[int], chunk: int
 ) -> RebuildStats:
+    """Rebuild the read models of `parts`, chunk by chunk of games within a partition.
+
+    Three stages overlap: while one chunk folds (CPU), Redis already reads the next one's
+    logs and writes the previous one's read models.
+    """
     stats = RebuildStats()
+    pipe = redis.pipeline(transaction=False)
     for p in parts:
-        members: list[Any] = await redis.zrange(keys.games(p), 0, -1)
-        ids = [_text(g) for g in members]
-        for start in range(0, len(ids), chunk):
-            part = ids[start : start + chunk]
-            pipe = redis.pipeline(transaction=False)
-            for gid in part:
-                pipe.xrange(keys.log(gid), "-", "+")
-            models = ReadModels(keys)
-            for gid, rows in zip(part, await pipe.execute(), strict=True):
-                try:
-                    proj = fold(gid, [unpack(fields[FIELD_BYTES]) for _, fields in rows])
-                except Exception as exc:
-                    stats.skipped.append(f"game {gid}: {exc}")
-                    continue
-                models.add(proj)
-                stats.games += 1
-                stats.events += len(rows)
-            tx = redis.pipeline(transaction=True)
-            models.queue_writes(tx)
-            await tx.execute()
+        pipe.zrange(keys.games(p), 0, -1)
+    chunks: list[list[str]] = []
+    for members in await pipe.execute():
+        ids = [as_text(g) for g in members]
+        chunks.extend(ids[i : i + chunk] for i in range(0, len(ids), chunk))
+    if not chunks:
+        return stats
+    raw = _raw_logs_client(redis)
+    tasks: list[asyncio.Future[Any]] = []
+    with _gc_paused():
+        try:
+            reading = _start(tasks, _read_raw_logs(raw, keys, chunks[0]))
+            writing: asyncio.Future[Any] | None = None
+            for i, ids in enumerate(chunks):
+                logs = await reading
+                if i + 1 < len(chunks):
+                    reading = _start(tasks, _read_raw_logs(raw, keys, chunks[i + 1]))
+                    await asyncio.sleep(0)  # let it send its commands before the fold
+                models = ReadModels(keys)
+                for gid, rows in zip(ids, logs, strict=True):
+                    try:
+                        datas = [_data(fields) for _, fields in rows]
+                        models.add(fold(gid, map(unpack, datas)))
+                    except Exception as exc:
+                        stats.skipped.append(f"game {gid}: {exc}")
+                        continue
+                    stats.games += 1
+                    stats.events += len(datas)
+                if writing is not None:
+                    await writing
+                tx = redis.pipeline(transaction=True)
+                models.queue_writes(tx)
+                writing = _start(tasks, tx.execute())
+            if writing is not None:
+                await writing
+        finally:
+            for task in tasks:
+                task.cancel()
     return stats
+
+
+def _start(tasks: list[asyncio.Future[Any]], work: Any) -> asyncio.Future[Any]:
+    task: asyncio.Future[Any] = asyncio.ensure_future(work)
+    tasks.append(task)
+    return task
+
+
+def _raw_logs_client(redis: Redis) -> Redis:
+    """A client on `redis`'s connections that leaves XRANGE replies as the parser made them.
+
+    redis-py turns every entry into a tuple and a dict; rebuild only wants the bytes.
+    """
+    raw = Redis(connection_pool=redis.connection_pool)
+    raw.set_response_callback("XRANGE", _as_is)
+    return raw
+
+
+def _as_is(response: Any, **options: Any) -> Any:
+    return response
+
+
+async def _read_raw_logs(raw: Redis, keys: Keys, ids: Sequence[str]) -> list[Any]:
+    """Each game's log as raw [id, [field, value, ...]] rows, through a `_raw_logs_client`."""
+    pipe = raw.pipeline(transaction=False)
+    for gid in ids:
+        pipe.xrange(keys.log(gid), "-", "+")
+    result: list[Any] = await pipe.execute()
+    return result
+
+
+def _data(fields: list[bytes]) -> bytes:
+    """Field `m` of a raw entry (the store writes it alone)."""
+    if fields[0] == FIELD_BYTES:
+        return fields[1]
+    for i in range(2, len(fields) - 1, 2):
+        if fields[i] == FIELD_BYTES:
+            return fields[i + 1]
+    raise DecodeError("malformed", f"no field {FIELD!r}")
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic GC while folding: a chunk allocates a great many small, acyclic objects,
+    and each collection would walk them all again (it doubles the time to decode)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 async def snapshot(redis: Redis, keys: Keys | None = None) -> dict[str, bytes]:
@@ -742,7 +853,7 @@ async def snapshot(redis: Redis, keys: Keys | None = None) -> dict[str, bytes]:
     pipe = redis.pipeline(transaction=False)
     for name in names:
         pipe.type(name)
-    types = [_text(t) for t in await pipe.execute()]
+    types = [as_text(t) for t in await pipe.execute()]
     pipe = redis.pipeline(transaction=False)
     for name, kind in zip(names, types, strict=True):
         if kind == "string":
@@ -763,12 +874,12 @@ def _canonical(kind: str, value: Any) -> bytes:
     if kind == "string":
         return bytes(value)
     if kind == "hash":
-        items = sorted((_text(k), _text(v)) for k, v in value.items())
+        items = sorted((as_text(k), as_text(v)) for k, v in value.items())
         return msgpack.packb(["hash", items])
     if kind == "zset":
-        members = sorted((_text(m), _score(s)) for m, s in value)
+        members = sorted((as_text(m), _score(s)) for m, s in value)
         return msgpack.packb(["zset", members])
-    return msgpack.packb(["unexpected", _text(value)])
+    return msgpack.packb(["unexpected", as_text(value)])
 
 
 def expected_read_models(
@@ -948,12 +1059,8 @@ async def verify(redis: Redis, keys: Keys | None = None, chunk: int = 500) -> Ve
 
 async def _unregistered_logs(redis: Redis, keys: Keys, ids: set[str]) -> list[str]:
     known = {keys.log(gid) for gid in ids}
-    found = [_text(k) async for k in redis.scan_iter(match=keys.log_pattern(), count=1000)]
+    found = [as_text(k) async for k in redis.scan_iter(match=keys.log_pattern(), count=1000)]
     return sorted(name for name in found if name not in known)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _score(value: float) -> int | float:

@@ -20,8 +20,10 @@ from schemas.codec import FIELD, FIELD_BYTES, decode_reply, encode, event_hash, 
 from schemas.commands import CreateGame, PlayMove, SeatPlayer, SeatSpec
 from services.keys import PROJECTOR_GROUP, Keys
 from services.projector import (
+    GameProjection,
     Projector,
     compare_read_models,
+    fold,
     rebuild,
     snapshot,
     verify,
@@ -113,6 +115,59 @@ async def test_rebuild_is_byte_identical_to_the_live_projection(redis: aioredis.
     rebuilt = await snapshot(redis, KEYS)
     assert compare_read_models(live, rebuilt) == []
     assert rebuilt == live
+
+
+async def test_rebuild_in_worker_processes_in_small_chunks(
+    redis: aioredis.Redis, redis_url: str
+) -> None:
+    # Forked workers, and chunks small enough that reads, folds and writes overlap.
+    ids = await play(redis, count=2)
+    create = CreateGame(
+        command_id="create",
+        reply_to=KEYS.reply_stream("test"),
+        game_id="human-2",
+        game="supply-chains",
+        seats=[SeatSpec(kind="human", name="ada"), SeatSpec(kind="bot", name="random")],
+    )
+    await redis.xadd(KEYS.commands_for("human-2"), {FIELD: encode(create)})
+    await ServiceSet(redis, KEYS, ["random"]).drain()
+    assert (await view(redis, "human-2"))["status"] == "waiting"
+    live = await snapshot(redis, KEYS)
+    stats = await rebuild(redis, KEYS, chunk=2, workers=2, url=redis_url)
+    assert (stats.games, stats.skipped) == (len(ids) + 1, [])
+    assert compare_read_models(live, await snapshot(redis, KEYS)) == []
+    # A log with a hole does not fold: that game is reported, every other one rebuilt.
+    broken = ids[0]
+    rows = await redis.xrange(KEYS.log(broken))
+    await redis.xdel(KEYS.log(broken), rows[3][0])
+    stats = await rebuild(redis, KEYS, chunk=2, workers=2, url=redis_url)
+    assert stats.games == len(ids)
+    assert len(stats.skipped) == 1 and stats.skipped[0].startswith(f"game {broken}: ")
+    assert "event seq 5 after 3" in stats.skipped[0]
+    assert await redis.get(KEYS.view(broken)) is None
+    for gid in ids[1:]:
+        assert await redis.get(KEYS.view(gid)) == live[KEYS.view(gid)]
+
+
+async def test_folding_in_any_batches_gives_the_same_view(redis: aioredis.Redis) -> None:
+    # Rebuild folds a log in one pass, keeping only the last move's facts; the live
+    # projector folds whatever each feed batch brings. Both must give the same bytes.
+    ids = await play(redis, [("supply-chains", {}), ("hexade", {})])
+    for gid in ids:
+        events = [unpack(f[FIELD_BYTES]) for _, f in await redis.xrange(KEYS.log(gid))]
+        whole = fold(gid, events).view_bytes()
+        assert whole == await redis.get(KEYS.view(gid))
+        for size in (1, 2, 3, 7):
+            proj = GameProjection.start(events[0])
+            for start in range(1, len(events), size):
+                proj.extend(events[start : start + size])
+            assert proj.view_bytes() == whole, f"{gid} folded {size} events at a time"
+        # Mid-game views too: a move's facts must not leak past the event that follows it.
+        for end in range(2, len(events)):
+            one_by_one = GameProjection.start(events[0])
+            for ev in events[1:end]:
+                one_by_one.apply(ev)
+            assert fold(gid, events[:end]).view_bytes() == one_by_one.view_bytes()
 
 
 async def test_replaying_the_feed_changes_nothing(redis: aioredis.Redis) -> None:
@@ -260,4 +315,28 @@ async def test_a_broken_feed_entry_is_skipped_and_acknowledged(
     await play(redis, [("teeko", {})])
     await projector.drain()
     assert (await redis.xpending(feed, PROJECTOR_GROUP))["pending"] == 0
+    assert (await verify(redis, KEYS)).problems == []
+
+
+async def test_a_feed_entry_that_fails_alone_is_set_aside_not_retried(
+    redis: aioredis.Redis,
+) -> None:
+    # It decodes and routes like an event, but lacks fields the view needs: the batch it
+    # arrives in fails, and the projector must set this one entry aside and project the rest.
+    bad = {"type": "game_created", "game_id": "bad-1", "seq": 1, "time": 1, "game": "teeko"}
+    bad |= {"options": {}, "seats": [{"kind": "bot", "name": "random"}] * 2}
+    feed = KEYS.feed(KEYS.partition("bad-1"))
+    projector = Projector(redis, KEYS)
+    await projector.reader.setup()
+    bad_id = await redis.xadd(feed, {FIELD: msgpack.packb(bad, use_bin_type=True)})
+    ids = await play(redis, [("teeko", {})], count=3)
+    assert await projector.drain() == 0, "the services' projector took every entry"
+    assert (await redis.xpending(feed, PROJECTOR_GROUP))["pending"] == 0
+    assert await redis.get(KEYS.view("bad-1")) is None
+    for gid in ids:
+        assert (await view(redis, gid))["status"] == "ended"
+    dead = [f for _, f in await redis.xrange(KEYS.reader_dead_letter())]
+    mine = [f for f in dead if f[b"group"] == PROJECTOR_GROUP.encode()]
+    assert [(f[b"stream"].decode(), f[b"id"]) for f in mine] == [(feed, bad_id)]
+    assert b"KeyError" in mine[0][b"reason"]
     assert (await verify(redis, KEYS)).problems == []
