@@ -48,6 +48,11 @@ _MOVE_RE = re.compile(
 )
 
 
+#: Parsed notation by text, for `Move.parse`; cleared whenever it reaches the limit.
+_PARSED: dict[str, Move] = {}
+_PARSED_LIMIT = 4096
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class Move:
     """One move in Agon notation (RULES.md §9): `C4`, `xC4`, `C4-D5`, `C4>NE`, `pass`, `swap`.
@@ -63,6 +68,20 @@ class Move:
     @classmethod
     def parse(cls, text: str) -> Move:
         """Parse notation case-insensitively; raise `InvalidMoveError` if it is none."""
+        if cls is Move:
+            # Moves are immutable and a game has few distinct texts: the engine service
+            # parses every command's move, so known texts skip the regular expression.
+            known = _PARSED.get(text)
+            if known is None:
+                known = cls._parse(text)
+                if len(_PARSED) >= _PARSED_LIMIT:
+                    _PARSED.clear()
+                _PARSED[text] = known
+            return known
+        return cls._parse(text)
+
+    @classmethod
+    def _parse(cls, text: str) -> Move:
         t = text.strip()
         low = t.lower()
         if low in ("pass", "swap"):
@@ -131,6 +150,14 @@ class State(ABC):
     def apply_action(self, action: int) -> None:
         """Play a legal action without checking it."""
 
+    def is_legal(self, action: int) -> bool:
+        """Whether `action` is among `legal_actions()`; games answer it without listing them.
+
+        The checked path asks this once per move, where only one action matters: a game
+        whose legal list is costly overrides it with an exactly equivalent single check.
+        """
+        return action in self.legal_actions()
+
     @abstractmethod
     def clone(self) -> State: ...
 
@@ -182,7 +209,7 @@ class State(ABC):
         """Play a move given as `Move` or text; raise if it is invalid or illegal here."""
         m = Move.parse(move) if isinstance(move, str) else move
         action = self.game.action_of(m)
-        if action not in self.legal_actions():
+        if not self.is_legal(action):
             raise IllegalMoveError(
                 f"illegal move {m} at ply {self.ply} for player {self.current_player}"
                 f" in {self.game.name} position {self.board_string()!r}"

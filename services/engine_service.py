@@ -86,10 +86,10 @@ from schemas.tokens import (
     token_hash,
     token_matches,
 )
-from services.keys import DEFAULT_PARTITIONS, DEFAULT_PREFIX, ENGINE_GROUP, Keys
-from services.redis_embedded import add_redis_url_argument, redis_url_or_embedded
+from services.keys import ENGINE_GROUP, Keys
+from services.redis_embedded import add_service_arguments, redis_url_or_embedded, setup_logging
 from services.store import Commit, Committed, EventStore, LogEntry, SeqConflict, connect
-from services.streams import Entry, GroupReader, consumer_name
+from services.streams import Entry, GroupReader, as_text, consumer_name, now_ms
 
 log = logging.getLogger("agon.engine")
 
@@ -112,10 +112,6 @@ def settle_heap() -> None:
     """
     gc.collect()
     gc.freeze()
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Reject(Exception):
@@ -194,10 +190,8 @@ class GameRecord:
         return self.state.seat_of(self.state.current_player)
 
     def colours(self) -> list[int]:
-        out = [1, 2]
-        for colour in (1, 2):
-            out[self.state.seat_of(colour) - 1] = colour
-        return out
+        """The colour of each seat: seats hold colours 1 and 2 in order unless swapped."""
+        return [1, 2] if self.state.seat_of(1) == 1 else [2, 1]
 
     def scores(self) -> list[int] | None:
         scores = self.state.scores()
@@ -599,13 +593,13 @@ class EngineService:
         """Drop command entries every engine has acknowledged (older than any pending one)."""
         for stream in self._streams:
             groups: Any = await self.redis.xinfo_groups(stream)
-            group = next((g for g in groups if _s(g["name"]) == ENGINE_GROUP), None)
+            group = next((g for g in groups if as_text(g["name"]) == ENGINE_GROUP), None)
             if group is None:
                 continue
-            floor = _s(group["last-delivered-id"])
+            floor = as_text(group["last-delivered-id"])
             summary: Any = await self.redis.xpending(stream, ENGINE_GROUP)
             if summary["pending"]:
-                floor = min(floor, _s(summary["min"]), key=_id_key)
+                floor = min(floor, as_text(summary["min"]), key=_id_key)
             if floor != "0-0":
                 await self.redis.xtrim(stream, minid=floor, approximate=True)
 
@@ -879,7 +873,9 @@ class EngineService:
             for gid in missing:
                 pipe.xrange(self.keys.log(gid), "-", "+")
             for gid, rows in zip(missing, await pipe.execute(), strict=True):
-                entries = [LogEntry(int(_s(eid).split("-")[0]), f[FIELD_BYTES]) for eid, f in rows]
+                entries = [
+                    LogEntry(int(as_text(eid).split("-")[0]), f[FIELD_BYTES]) for eid, f in rows
+                ]
                 try:
                     rec = GameRecord.from_log(gid, entries)
                 except Exception as exc:
@@ -901,10 +897,6 @@ class EngineService:
         self._cache.pop(game_id, None)
 
 
-def _s(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def _id_key(entry_id: str) -> tuple[int, int]:
     ms, _, n = entry_id.partition("-")
     return int(ms), int(n or 0)
@@ -912,21 +904,15 @@ def _id_key(entry_id: str) -> tuple[int, int]:
 
 # -- `agon engine`: one engine service process -------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_redis_url_argument(parser)
-    parser.add_argument("--prefix", default=DEFAULT_PREFIX, help="key prefix (default: agon)")
-    parser.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS)
+    add_service_arguments(parser)
     parser.add_argument("--batch", type=int, default=256, help="entries per partition per read")
     parser.add_argument(
         "--drain", action="store_true", help="process what is there, then exit (burst mode)"
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    setup_logging(args.verbose)
 
     async def main(url: str) -> int:
         redis = connect(url)

@@ -45,10 +45,11 @@ from engine import game_names, load_game
 from schemas.codec import FIELD, encode
 from schemas.commands import CreateGame, SeatSpec
 from services.dispatcher import Dispatcher
-from services.engine_service import EngineService
+from services.engine_service import EngineService, settle_heap
 from services.keys import Keys
 from services.projector import Projector, compare_read_models, rebuild, snapshot, verify
 from services.redis_embedded import add_service_arguments, redis_url_or_embedded, setup_logging
+from services.store import connect as store_connect
 from services.streams import GroupReader
 
 log = logging.getLogger("agon.runtime")
@@ -58,9 +59,10 @@ def connect(url: str) -> Redis:
     """A client that retries a command when its connection drops (Redis restarted).
 
     Retrying is safe for everything the pipeline writes: commands and turn requests are
-    deduplicated by command id, appends check the log head, projections the seq.
+    deduplicated by command id, appends check the log head, projections the seq. Commands
+    are packed by hiredis (`services.store.connect`), as every service sends many.
     """
-    return Redis.from_url(url, retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 8))
+    return store_connect(url, retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 8))
 
 
 #: How often selfplay looks at the game index while waiting for its games to end.
@@ -513,6 +515,8 @@ class _Up:
         async def body(redis: Redis, keys: Keys, url: str) -> int:
             services = ServiceSet(redis, keys, bots, engines=args.engines)
             await services.start()
+            # A serving process: keep full collections from rescanning the startup heap.
+            settle_heap()
             stop = _stop_on_signals()
             print(f"agon up: engine x{args.engines}, projector, dispatcher, bots {bots}")
             try:

@@ -63,6 +63,34 @@ def test_random_games_keep_invariants(name: str, options: dict[str, str]) -> Non
         assert outcome is not None and outcome.winner in (0, 1, 2)
 
 
+@pytest.mark.parametrize(("name", "options"), FAMILIES, ids=[family_id(*f) for f in FAMILIES])
+def test_is_legal_agrees_with_legal_actions(name: str, options: dict[str, str]) -> None:
+    """A game's own `is_legal` answers exactly `action in legal_actions()`, every ply.
+
+    Candidates are every action code below 2n+2 (for the chains games, placements,
+    removals, pass and one past it: the whole action space) plus -1 and each legal one;
+    a restored snapshot, whose caches are empty, must answer the same.
+    """
+    game = load_game(name, **options)
+    if type(game.new_initial_state()).is_legal is State.is_legal:
+        pytest.skip(f"{name} answers is_legal from its legal actions (State.is_legal)")
+    for seed in range(GAMES_PER_FAMILY):
+        rng = random.Random(1000 + seed)
+        state = game.new_initial_state()
+        while True:
+            legal = state.legal_actions()
+            candidates = set(range(-1, 2 * game.board.num_sites + 2)) | set(legal)
+            views = [state]
+            if state.ply % 5 == 0:
+                views.append(game.state_from_dict(json.loads(json.dumps(state.to_dict()))))
+            for view in views:
+                answered = sorted(a for a in candidates if view.is_legal(a))
+                assert answered == legal, f"ply {state.ply} of seed {seed}: {view.to_dict()}"
+            if not legal:
+                break
+            state.apply_action(rng.choice(legal))
+
+
 @pytest.mark.parametrize("name", sorted({f[0] for f in FAMILIES}))
 def test_checked_apply_rejects_and_changes_nothing(name: str) -> None:
     state = load_game(name).new_initial_state()

@@ -497,6 +497,12 @@ class ChainsState(State):
         game = self.game
         return game.grid.sites(game.valid & ~(self.pieces[1] | self.pieces[2] | forbidden))
 
+    def removes_from(self, mask: int, action: int) -> bool:
+        """Whether `action` removes a piece of `mask`: `action in self.removals(mask)`."""
+        game = self.game
+        n = game.n
+        return n <= action < 2 * n and bool(mask & game.bit[action - n])
+
     def removals(self, mask: int) -> list[int]:
         """Removing each piece of `mask`, as actions."""
         n = self.game.n

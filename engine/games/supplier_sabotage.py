@@ -126,6 +126,22 @@ class SupplierSabotageState(ChainsState):
         actions.append(game.pass_action)
         return actions
 
+    def is_legal(self, action: int) -> bool:
+        """`action in self.legal_actions()`, deciding only that action (the checked path)."""
+        if self.reason:
+            return False
+        game = self.game
+        mover = self.mover
+        if self.prev == mover:
+            deficits = self.deficits()
+            return self.removes_from(deficits[mover] or deficits[3 - mover], action)
+        if action == game.pass_action:
+            return True
+        if 0 <= action < game.n:
+            empty = not (self.pieces[1] | self.pieces[2]) & game.bit[action]
+            return empty and action != self.banned[mover]
+        return False
+
     # -- playing ----------------------------------------------------------------------------
     def apply_action(self, action: int) -> None:
         game = self.game

@@ -131,6 +131,52 @@ class SupplyChainsState(ChainsState):
         # Phase 3: nothing to do is Ludii's forced pass, which ends the game once played.
         return actions or [game.pass_action]
 
+    def is_legal(self, action: int) -> bool:
+        """`action in self.legal_actions()`, deciding only that action (the checked path)."""
+        if self.reason:
+            return False
+        game = self.game
+        mover = self.mover
+        deficit = self.deficits()[self.removal_player(mover)]
+        if deficit:
+            return self.removes_from(deficit, action)
+        if 0 <= action < game.n:
+            return self.may_place(mover, action)
+        if action == game.pass_action:
+            # A voluntary pass, or the forced one when no placement is left.
+            return game.passing or not self.legal_placements(mover)
+        return False
+
+    def may_place(self, mover: int, site: int) -> bool:
+        """Whether `site` is in `legal_placements(mover)`, judged from that site alone."""
+        game = self.game
+        e = game.bit[site]
+        own = self.pieces[mover]
+        other = 3 - mover
+        if (own | self.pieces[other]) & e:
+            return False
+        neighbours = game.neighbours
+        nbrs = neighbours[game.grid.pos[site]]
+        friends = nbrs & own
+        if not friends:
+            return True  # a lone supplier
+        # e is a warehouse with 3 friendly neighbours; a friend with exactly 2 becomes one.
+        need = 1 if friends.bit_count() >= 3 else 0
+        f = friends
+        while f:
+            b = f & -f
+            f ^= b
+            if (neighbours[b.bit_length() - 1] & own).bit_count() == 2:
+                need += 1
+        suppliers = self.pieces[other] & ~self.wh[other]
+        have = nbrs & suppliers
+        wh = self.wh[mover]
+        for cells, halo in self.chains[mover]:
+            if cells & friends:
+                need += (cells & wh).bit_count()
+                have |= halo & suppliers
+        return have.bit_count() >= need
+
     def legal_placements(self, mover: int) -> int:
         """Mask of the empty sites where `mover` may place (RULES.md §1, Placement).
 
@@ -218,29 +264,33 @@ class SupplyChainsState(ChainsState):
         """UpdateSurplusesToDisplayFor Mover and Next: write every chain's surplus if >= 0.
 
         The same pass over the chains finds the deficit warehouses, for the turn logic.
+        Chains are gathered by surplus first, so each distinct value is written once.
         """
-        written = 0
-        fresh = [0] * len(self.value_planes)
-        pieces, wh = self.pieces, self.wh
+        pieces, wh, chains = self.pieces, self.wh, self.chains
         deficits = [0, 0, 0]
+        by_value: dict[int, int] = {}  # surplus -> the cells of the chains that have it
         for colour in (1, 2):
             own_wh = wh[colour]
             suppliers = pieces[3 - colour] & ~wh[3 - colour]
-            for cells, halo in self.chains[colour]:
+            for cells, halo in chains[colour]:
                 surplus = (halo & suppliers).bit_count() - (cells & own_wh).bit_count()
                 if surplus < 0:
-                    deficits[colour] |= cells & own_wh
-                    continue  # Ludii leaves the previous value of a deficit chain
-                written |= cells
-                k = 0
-                while surplus:
-                    if surplus & 1:
-                        fresh[k] |= cells
-                    surplus >>= 1
-                    k += 1
-        self.value_planes = [
-            (plane & ~written) | new for plane, new in zip(self.value_planes, fresh, strict=True)
-        ]
+                    deficits[colour] |= cells & own_wh  # Ludii keeps their previous value
+                else:
+                    by_value[surplus] = by_value.get(surplus, 0) | cells
+        written = 0
+        for cells in by_value.values():
+            written |= cells
+        keep = ~written
+        planes = [plane & keep for plane in self.value_planes]
+        for value, cells in by_value.items():
+            k = 0
+            while value:
+                if value & 1:
+                    planes[k] |= cells
+                value >>= 1
+                k += 1
+        self.value_planes = planes
         self._deficits = deficits
 
     def clear_value(self, site: int) -> None:
