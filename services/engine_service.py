@@ -101,8 +101,6 @@ MAX_CONFLICT_RETRIES = 8
 MAX_DELIVERIES = 5
 DEAD_LETTER_MAXLEN = 10_000
 REPLY_MAXLEN = 10_000
-#: The collector's thresholds in a serving process (see `settle_heap`).
-GC_THRESHOLDS = (5_000, 20, 100)
 
 
 def settle_heap() -> None:
@@ -111,16 +109,9 @@ def settle_heap() -> None:
     Call once a serving process has started: a full collection otherwise rescans the
     whole startup heap, a pause of tens of milliseconds in the middle of serving;
     afterwards collections see only what the loop itself keeps.
-
-    The thresholds then go up: with the defaults (700, 10, 10) the collector ran every
-    ~65 moves, with a ~20 ms full pass over every cached game more than once a second:
-    some 7% of the engine's time in the pipeline benchmark. At 5,000 a young collection
-    takes about a millisecond, well inside the latency target, and most per-move garbage
-    is freed by reference counting before it is ever scanned.
     """
     gc.collect()
     gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
 
 
 class Reject(Exception):

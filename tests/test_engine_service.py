@@ -8,7 +8,6 @@ entries (in process and killed with SIGKILL), clocks, and rebuilding cached game
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import random
 import signal
@@ -37,13 +36,7 @@ from schemas.commands import (
 from schemas.events import GameCreated, GameEnded, GameStarted, MovePlayed, PlayerSeated
 from schemas.replies import Accepted, Rejected, Reply
 from schemas.tokens import admin_token, bot_token, token_hash
-from services.engine_service import (
-    GC_THRESHOLDS,
-    MAX_DELIVERIES,
-    EngineService,
-    GameRecord,
-    settle_heap,
-)
+from services.engine_service import MAX_DELIVERIES, EngineService, GameRecord
 from services.keys import ENGINE_GROUP, Keys
 from services.store import EventStore, chain_problems
 
@@ -699,16 +692,3 @@ async def test_hexade_swap_moves_colours_between_seats(h: Harness, engine: Engin
     assert (swap.move, swap.seat, swap.colour, swap.colours) == ("swap", 2, 2, [2, 1])
     # Colour 2 moves again, and it is now seat 1's.
     assert swap.to_move == 1
-
-
-def test_settle_heap_freezes_the_startup_heap_and_raises_the_thresholds() -> None:
-    before = gc.get_threshold()
-    try:
-        settle_heap()
-        assert gc.get_freeze_count() > 0
-        assert gc.get_threshold() == GC_THRESHOLDS
-        # Young collections come rarer than the default, and never switch off.
-        assert 700 < GC_THRESHOLDS[0] <= 10_000
-    finally:
-        gc.unfreeze()
-        gc.set_threshold(*before)
