@@ -14,12 +14,11 @@ run, because absolute numbers on a shared two-core machine say little on their o
 - `rebuild`: events per second of `agon rebuild` over the logs the engine runs wrote.
 
 `run_pipeline_bench(seconds)` returns one dict per figure (with its target and whether it
-is met); `python -m services.bench_pipeline` prints them.
+is met); `agon bench pipeline` prints them.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -438,20 +437,15 @@ async def _engine(url: str, prefix: str, mode: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The engine process the benchmark spawns: `python -m services.bench_pipeline _run URL PREFIX`.
+
+    People run the benchmark as `agon bench pipeline` (services/benchmarks.py).
+    """
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in ("_drain2", "_run"):
-        asyncio.run(_engine(args[1], args[2], args[0][1:]))
-        return 0
-    parser = argparse.ArgumentParser(prog="python -m services.bench_pipeline")
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--rate", type=float, default=1000.0, help="offered moves/s (latency)")
-    parser.add_argument("--redis-url", default=None)
-    parser.add_argument("--json", action="store_true")
-    ns = parser.parse_args(args)
-    results = run_pipeline_bench(ns.seconds, ns.redis_url, ns.rate)
-    print_pipeline_table(results)
-    if ns.json:
-        print(json.dumps(results))
+    if len(args) != 3 or args[0] not in ("_drain2", "_run"):
+        print("run the benchmark with `agon bench pipeline`", file=sys.stderr)
+        return 2
+    asyncio.run(_engine(args[1], args[2], args[0][1:]))
     return 0
 
 
