@@ -351,6 +351,14 @@ class ChainsGame(Game):
         p2 = sum(bit[s] for s, ch in enumerate(text) if ch == "2")
         return p1, p2
 
+    def restore_common(self, state: ChainsState, data: Mapping[str, Any]) -> None:
+        """Read what both games' snapshots hold (see `ChainsState.snapshot_common`)."""
+        state.init_board(*self.snapshot_pieces(data))
+        state.mover = int(data["mover"])
+        state.ply = int(data["ply"])
+        state.passed = [False, *(bool(b) for b in data["passed"])]
+        state.reason = str(data["reason"])
+
 
 class ChainsState(State):
     """What both games keep per position: pieces, warehouses and chains of each colour.
@@ -362,6 +370,8 @@ class ChainsState(State):
     """
 
     game: ChainsGame
+    #: per colour: was its last turn a single voluntary pass (the all-passed end)
+    passed: list[bool]
     pieces: list[int]
     wh: list[int]
     chains: list[list[Chain]]
@@ -379,6 +389,16 @@ class ChainsState(State):
         ]
         self._legal = None
         self._deficits = None
+
+    def snapshot_common(self) -> dict[str, Any]:
+        """What both games' snapshots hold: header, board, mover, passes and the end."""
+        return {
+            **self.snapshot_header(),
+            "board": self.board_string(),
+            "mover": self.mover,
+            "passed": self.passed[1:],
+            "reason": self.reason,
+        }
 
     def copy_board_into(self, other: ChainsState) -> None:
         other.pieces = self.pieces[:]

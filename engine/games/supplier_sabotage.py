@@ -69,15 +69,10 @@ class SupplierSabotage(ChainsGame):
         return state
 
     def state_from_dict(self, data: Mapping[str, Any]) -> SupplierSabotageState:
-        p1, p2 = self.snapshot_pieces(data)
         state = SupplierSabotageState(self)
-        state.init_board(p1, p2)
-        state.mover = int(data["mover"])
+        self.restore_common(state, data)
         state.prev = int(data["prev"])
-        state.ply = int(data["ply"])
         state.banned = [-1, *(int(s) for s in data["banned"])]
-        state.passed = [False, *(bool(b) for b in data["passed"])]
-        state.reason = str(data["reason"])
         return state
 
 
@@ -190,12 +185,4 @@ class SupplierSabotageState(ChainsState):
         return w1, w2
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            **self.snapshot_header(),
-            "board": self.board_string(),
-            "mover": self.mover,
-            "prev": self.prev,
-            "banned": self.banned[1:],
-            "passed": self.passed[1:],
-            "reason": self.reason,
-        }
+        return {**self.snapshot_common(), "prev": self.prev, "banned": self.banned[1:]}

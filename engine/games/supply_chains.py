@@ -64,14 +64,9 @@ class SupplyChains(ChainsGame):
         return state
 
     def state_from_dict(self, data: Mapping[str, Any]) -> SupplyChainsState:
-        p1, p2 = self.snapshot_pieces(data)
         state = SupplyChainsState(self)
-        state.init_board(p1, p2)
-        state.mover = int(data["mover"])
-        state.ply = int(data["ply"])
+        self.restore_common(state, data)
         state.turn_var = int(data["turn_var"])
-        state.passed = [False, *(bool(b) for b in data["passed"])]
-        state.reason = str(data["reason"])
         pos = self.grid.pos
         planes = [0] * self.planes
         for s, value in enumerate(data["values"]):
@@ -314,11 +309,7 @@ class SupplyChainsState(ChainsState):
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            **self.snapshot_header(),
-            "board": self.board_string(),
-            "mover": self.mover,
+            **self.snapshot_common(),
             "turn_var": self.turn_var,
-            "passed": self.passed[1:],
-            "reason": self.reason,
             "values": self.surplus_values(),
         }
