@@ -200,6 +200,15 @@ class State(ABC):
         """The seat (1 or 2) holding `colour`; only Hexade's swap exchanges them."""
         return colour
 
+    @property
+    def seat_to_move(self) -> int:
+        """The seat (1 or 2) to move, or 0 once the game is over."""
+        return 0 if self.is_terminal else self.seat_of(self.current_player)
+
+    def seat_colours(self) -> list[int]:
+        """The colour each seat holds, seat 1 first: `[1, 2]`, or `[2, 1]` after a swap."""
+        return [1, 2] if self.seat_of(1) == 1 else [2, 1]
+
     # -- the checked path: Move values and notation --------------------------------
     def legal_moves(self) -> list[Move]:
         move_of = self.game.move_of

@@ -126,7 +126,7 @@ class MoveQueue:
                 if ply >= len(moves):
                     continue
                 state = states[i]
-                seat = state.seat_of(state.current_player)
+                seat = state.seat_to_move
                 out.append(self.move(i, ply, seat, heads[self.ids[i]] + ply))
                 state.apply(moves[ply])
         return out

@@ -185,13 +185,11 @@ class GameRecord:
     @property
     def to_move(self) -> int:
         """The seat to move (0 once the game is over)."""
-        if self.ended is not None or self.state.is_terminal:
-            return 0
-        return self.state.seat_of(self.state.current_player)
+        return 0 if self.ended is not None else self.state.seat_to_move
 
     def colours(self) -> list[int]:
         """The colour of each seat: seats hold colours 1 and 2 in order unless swapped."""
-        return [1, 2] if self.state.seat_of(1) == 1 else [2, 1]
+        return self.state.seat_colours()
 
     def scores(self) -> list[int] | None:
         scores = self.state.scores()
@@ -337,7 +335,7 @@ class Rules:
         # Every value below comes from the checked command and the engine's own state, so
         # the event is encoded without building (and validating) a model: this is the
         # hot path. tests/test_engine_service.py holds the bytes to the model's encoding.
-        to_move = 0 if state.is_terminal else state.seat_of(state.current_player)
+        to_move = state.seat_to_move
         seq = rec.head + 1
         after = state.scores()
         data = encode_move_played(

@@ -967,12 +967,12 @@ def replay_problems(game_id: str, entries: Sequence[LogEntry]) -> list[str]:
             if seated != {1, 2}:
                 problems.append(f"{where}: started with seats {sorted(seated)} taken")
             started = True
-            _expect(problems, where, "to_move", ev.to_move, _to_move(state))
-            _expect(problems, where, "colours", ev.colours, _colours(state))
+            _expect(problems, where, "to_move", ev.to_move, state.seat_to_move)
+            _expect(problems, where, "colours", ev.colours, state.seat_colours())
         elif isinstance(ev, MovePlayed):
             if not started:
                 problems.append(f"{where}: a move before game_started")
-            _expect(problems, where, "seat", ev.seat, _to_move(state))
+            _expect(problems, where, "seat", ev.seat, state.seat_to_move)
             _expect(problems, where, "colour", ev.colour, state.current_player)
             _expect(problems, where, "ply", ev.ply, state.ply)
             try:
@@ -982,8 +982,8 @@ def replay_problems(game_id: str, entries: Sequence[LogEntry]) -> list[str]:
                 return problems
             scores = state.scores()
             _expect(problems, where, "scores_after", ev.scores_after, _list(scores))
-            _expect(problems, where, "colours", ev.colours, _colours(state))
-            _expect(problems, where, "to_move", ev.to_move, _to_move(state))
+            _expect(problems, where, "colours", ev.colours, state.seat_colours())
+            _expect(problems, where, "to_move", ev.to_move, state.seat_to_move)
         elif isinstance(ev, GameEnded):
             ended = True
             outcome = state.outcome()
@@ -1000,17 +1000,6 @@ def replay_problems(game_id: str, entries: Sequence[LogEntry]) -> list[str]:
     if state is not None and state.is_terminal and not ended:
         problems.append(f"game {game_id}: the rules ended the game but the log has no game_ended")
     return problems
-
-
-def _to_move(state: State) -> int:
-    return 0 if state.is_terminal else state.seat_of(state.current_player)
-
-
-def _colours(state: State) -> list[int]:
-    out = [1, 2]
-    for colour in (1, 2):
-        out[state.seat_of(colour) - 1] = colour
-    return out
 
 
 def _list(scores: tuple[int, int] | None) -> list[int] | None:

@@ -69,6 +69,7 @@ def test_swap_is_offered_once_and_exchanges_the_seats() -> None:
     assert state.board_string() == before
     assert state.swapped and state.current_player == 2, "colour 2 moves again after the swap"
     assert (state.seat_of(1), state.seat_of(2)) == (2, 1)
+    assert state.seat_colours() == [2, 1] and state.seat_to_move == 1, "seat 1 now holds colour 2"
     assert "swap" not in {str(m) for m in state.legal_moves()}
     with pytest.raises(IllegalMoveError):
         state.apply("swap")
@@ -83,6 +84,7 @@ def test_without_a_swap_seats_are_colours() -> None:
     state.apply("H8")
     state.apply("A1")
     assert not state.swapped and state.seat_of(1) == 1
+    assert state.seat_colours() == [1, 2] and state.seat_to_move == 1
     assert "swap" not in {str(m) for m in state.legal_moves()}
 
 
