@@ -13,6 +13,7 @@ from a colour; `State.seat_of` says which seat holds a colour.
 
 from __future__ import annotations
 
+import functools
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -48,11 +49,6 @@ _MOVE_RE = re.compile(
 )
 
 
-#: Parsed notation by text, for `Move.parse`; cleared whenever it reaches the limit.
-_PARSED: dict[str, Move] = {}
-_PARSED_LIMIT = 4096
-
-
 @dataclass(frozen=True, slots=True, order=True)
 class Move:
     """One move in Agon notation (RULES.md §9): `C4`, `xC4`, `C4-D5`, `C4>NE`, `pass`, `swap`.
@@ -65,40 +61,10 @@ class Move:
     to: str = ""
     direction: str = ""
 
-    @classmethod
-    def parse(cls, text: str) -> Move:
+    @staticmethod
+    def parse(text: str) -> Move:
         """Parse notation case-insensitively; raise `InvalidMoveError` if it is none."""
-        if cls is Move:
-            # Moves are immutable and a game has few distinct texts: the engine service
-            # parses every command's move, so known texts skip the regular expression.
-            known = _PARSED.get(text)
-            if known is None:
-                known = cls._parse(text)
-                if len(_PARSED) >= _PARSED_LIMIT:
-                    _PARSED.clear()
-                _PARSED[text] = known
-            return known
-        return cls._parse(text)
-
-    @classmethod
-    def _parse(cls, text: str) -> Move:
-        t = text.strip()
-        low = t.lower()
-        if low in ("pass", "swap"):
-            return cls(low)  # type: ignore[arg-type]
-        m = _MOVE_RE.match(t)
-        if m is None:
-            raise InvalidMoveError(f"not a move: {text!r}")
-        if m["remove"]:
-            return cls("remove", m["rcell"].upper())
-        if m["from"]:
-            return cls("step", m["from"].upper(), m["to"].upper())
-        if m["sfrom"]:
-            d = m["dir"].upper()
-            if d not in SOW_DIRECTIONS:
-                raise InvalidMoveError(f"not a move: {text!r} (unknown direction {d})")
-            return cls("sow", m["sfrom"].upper(), direction=d)
-        return cls("place", m["place"].upper())
+        return _parse_move(text)
 
     def __str__(self) -> str:
         if self.kind in ("pass", "swap"):
@@ -113,6 +79,29 @@ class Move:
 
     def __repr__(self) -> str:
         return f"Move.parse({str(self)!r})"
+
+
+# Moves are immutable and a game has few distinct texts, while the engine service parses
+# every command's move: known texts skip the regular expression.
+@functools.lru_cache(maxsize=4096)
+def _parse_move(text: str) -> Move:
+    t = text.strip()
+    low = t.lower()
+    if low in ("pass", "swap"):
+        return Move(low)  # type: ignore[arg-type]
+    m = _MOVE_RE.match(t)
+    if m is None:
+        raise InvalidMoveError(f"not a move: {text!r}")
+    if m["remove"]:
+        return Move("remove", m["rcell"].upper())
+    if m["from"]:
+        return Move("step", m["from"].upper(), m["to"].upper())
+    if m["sfrom"]:
+        d = m["dir"].upper()
+        if d not in SOW_DIRECTIONS:
+            raise InvalidMoveError(f"not a move: {text!r} (unknown direction {d})")
+        return Move("sow", m["sfrom"].upper(), direction=d)
+    return Move("place", m["place"].upper())
 
 
 @dataclass(frozen=True, slots=True)
