@@ -22,7 +22,7 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy engine schemas services bots
+	$(VENV)/bin/mypy engine schemas services bots bench
 
 test: lint
 	$(VENV)/bin/pytest -q

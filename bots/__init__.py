@@ -1,64 +1,14 @@
-"""Agon's bots: the registry of built-in bots and the interface every bot implements.
+"""Agon's bots: the interface every bot implements, the registry, and the built-in bots.
 
 A bot is anything with a `name` and `choose(state, context) -> str`: it looks at an engine
 `State` (its own copy, rebuilt from the log's moves) and returns a move in Agon notation.
 The worker (`bots.worker`) owns everything around that: inboxes, deadlines, stale turns and
-submitting the move; a bot only thinks. Built-in bots register here by name; `load_bot`
-resolves a name, and unknown names raise `ValueError` listing the known ones.
+submitting the move; a bot only thinks. Built-in bots register by name when this package
+is imported; `load_bot` resolves a name, and unknown names raise `ValueError` listing the
+known ones.
 """
 
-from __future__ import annotations
+from bots import random_bot
+from bots.base import Bot, TurnContext, bot_names, load_bot, register_bot
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
-
-from engine import State
-
-
-@dataclass(frozen=True, slots=True)
-class TurnContext:
-    """What a bot may know besides the position: whose turn, which game, how long it has."""
-
-    game_id: str
-    seat: int
-    seq: int
-    #: Wall-clock deadline in ms since the epoch (0: none); a bot should answer well before it.
-    deadline_ms: int
-
-
-class Bot(Protocol):
-    name: str
-
-    def choose(self, state: State, context: TurnContext) -> str:
-        """The move to play in `state` (not terminal, `context.seat` to move), as notation."""
-        ...
-
-
-_REGISTRY: dict[str, Callable[[], Bot]] = {}
-
-
-def register_bot(name: str, factory: Callable[[], Bot]) -> None:
-    _REGISTRY[name] = factory
-
-
-def bot_names() -> list[str]:
-    _load_builtin_bots()
-    return sorted(_REGISTRY)
-
-
-def load_bot(name: str) -> Bot:
-    """A fresh instance of the built-in bot called `name`."""
-    _load_builtin_bots()
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown bot {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
-    return factory()
-
-
-def _load_builtin_bots() -> None:
-    import bots.random_bot  # noqa: F401  (registers the built-in bots)
-
-
-__all__ = ["Bot", "TurnContext", "bot_names", "load_bot", "register_bot"]
+__all__ = ["Bot", "TurnContext", "bot_names", "load_bot", "random_bot", "register_bot"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from bots import TurnContext, register_bot
+from bots.base import TurnContext, register_bot
 from engine import State
 
 

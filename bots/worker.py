@@ -7,24 +7,29 @@ request). Otherwise the bot chooses on a position rebuilt from the request's mov
 game, so only the new moves are replayed) and the worker sends a `PlayMove` whose command id
 is "<bot>:<game>:<seq>": a duplicate answer, even a different move from another worker, gets
 the engine's first reply and changes nothing. Workers ask for no reply; the log tells.
+
+The bot thinks in a thread, so that the worker's heartbeat goes on while it does: a worker
+that stops beating (killed) has its turns taken over by another worker within seconds.
+Handled turns are trimmed from the inbox.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from redis.asyncio import Redis
-
-from bots import Bot, TurnContext, load_bot
+from bots.base import Bot, TurnContext, load_bot
 from engine import Game, Move, State, load_game
-from schemas.codec import FIELD, DecodeError, decode_turn, encode
+from schemas.codec import FIELD, DecodeError, decode_turn
 from schemas.commands import PlayMove
 from schemas.turns import TurnRequest
-from services.keys import WORKERS_GROUP, Keys
-from services.streams import Entry, GroupReader, StreamConsumer, consumer_name, now_ms
+from services.bus.cache import LRU
+from services.bus.clients import CommandClient
+from services.bus.connection import Client
+from services.bus.consumer import Entry, GroupReader, StreamConsumer, consumer_name, now_ms
+from services.bus.keys import WORKERS_GROUP, Keys
 
 log = logging.getLogger("agon.bots")
 
@@ -32,9 +37,11 @@ log = logging.getLogger("agon.bots")
 class BotWorker(StreamConsumer):
     """Serves one bot's inbox: `run` until stopped, or `drain` what is there."""
 
+    trim_groups = (WORKERS_GROUP,)
+
     def __init__(
         self,
-        redis: Redis,
+        redis: Client,
         bot: Bot | str,
         keys: Keys | None = None,
         *,
@@ -48,23 +55,33 @@ class BotWorker(StreamConsumer):
         self.redis = redis
         self.bot = load_bot(bot) if isinstance(bot, str) else bot
         self.keys = keys or Keys()
+        self.role = f"bot-{self.bot.name}"
         self.reader = GroupReader(
             redis,
             [self.keys.bot_turns(self.bot.name)],
             WORKERS_GROUP,
-            consumer or consumer_name(f"bot-{self.bot.name}"),
+            consumer or consumer_name(self.role),
+            heartbeats=self.keys.processes(),
             count=batch,
             claim_idle_ms=claim_idle_ms,
         )
+        self.commands = CommandClient(redis, self.keys)
         self.dead_letter = self.keys.reader_dead_letter()
         self.block_ms = block_ms
         self.clock = clock
-        self.cache_size = cache_size
         self.moves_sent = 0
         self.stale = 0
         self.failed = 0
         self._games: dict[tuple[str, tuple[tuple[str, str], ...]], Game] = {}
-        self._states: OrderedDict[str, tuple[State, int]] = OrderedDict()
+        self._states: LRU[str, tuple[State, int]] = LRU(cache_size)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "moves": self.moves_sent,
+            "stale": self.stale,
+            "failed": self.failed,
+            "set_aside": self.entries_set_aside,
+        }
 
     def forget(self) -> None:
         self._states.clear()
@@ -78,14 +95,12 @@ class BotWorker(StreamConsumer):
                 requests.append(decode_turn(entry.data))
             except DecodeError as exc:
                 # Only the dispatcher writes inboxes: there is nobody to answer.
-                await self.set_aside(entry, exc)
-        pipe = self.redis.pipeline(transaction=False)
-        for req in await self._current(requests):
-            command = self._answer(req)
-            if command is not None:
-                pipe.xadd(self.keys.commands_for(req.game_id), {FIELD: encode(command)})
-                self.moves_sent += 1
-        await pipe.execute()
+                await self.set_aside(entry, f"{exc.code}: {exc.message}")
+        current = await self._current(requests)
+        answers = await asyncio.to_thread(lambda: [self._answer(r) for r in current])
+        commands = [c for c in answers if c is not None]
+        await self.commands.send(commands)
+        self.moves_sent += len(commands)
         await self.reader.ack(entries)
 
     async def _current(self, requests: list[TurnRequest]) -> list[TurnRequest]:
@@ -118,7 +133,7 @@ class BotWorker(StreamConsumer):
             # A bot that cannot move, or answers what no command can carry, must not stop
             # the other games; the move clock, if the game has one, ends this one.
             log.exception("bot %s: no move for game %s seq %d", self.bot.name, req.game_id, req.seq)
-            self._states.pop(req.game_id, None)
+            self._states.pop(req.game_id)
             self.failed += 1
             return None
 
@@ -133,10 +148,7 @@ class BotWorker(StreamConsumer):
         for text in req.moves[done:]:
             # The engine validated these moves when it logged them.
             state.apply_action(game.action_of(Move.parse(text)))
-        self._states[req.game_id] = (state, len(req.moves))
-        self._states.move_to_end(req.game_id)
-        while len(self._states) > self.cache_size:
-            self._states.popitem(last=False)
+        self._states.put(req.game_id, (state, len(req.moves)))
         return state.clone()
 
     def _game(self, req: TurnRequest) -> Game:

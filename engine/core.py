@@ -9,23 +9,31 @@ action gives the deterministic order of `legal_moves`.
 
 Players are colours 1 and 2, as in Ludii. Only Hexade's swap makes a seat differ
 from a colour; `State.seat_of` says which seat holds a colour.
+
+The registry (`register`, `load_game`, `game_names`) lives here as a plain dict that the
+game modules fill with `@register` when they are imported. This module imports no game:
+the `engine` package imports `engine.games` at its top, and Python runs the package's
+`__init__` before any of its modules, so the built-in games are registered before anyone
+can call `load_game`. Nothing here imports anything that imports this module back.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 from engine.boards import Board
 
 SNAPSHOT_VERSION = 1
 
 #: Ludii's global limits (`Game.maxTurns`/`maxMoves` defaults): 1250 turns per player
-#: or 10,000 moves, after which the game ends as a draw.
+#: or 10,000 moves, after which the game ends as a draw. The one move limit of every game
+#: and of the batched engines: a state whose `ply` reaches it ends by `EndRule.MOVE_LIMIT`.
 MAX_PLIES = 2500
 
 MoveKind = Literal["place", "remove", "step", "sow", "pass", "swap"]
@@ -104,20 +112,78 @@ def _parse_move(text: str) -> Move:
     return Move("place", m["place"].upper())
 
 
-@dataclass(frozen=True, slots=True)
+class EndRule(enum.StrEnum):
+    """The rule that ended a game (`Outcome.reason`, `State.reason`): one member per end.
+
+    A `StrEnum`, so a member equals, formats and serialises (JSON, msgpack) as its text:
+    logs, events and golden files read exactly as they did when reasons were strings.
+    """
+
+    #: Supply Chains: the player who just moved was stalemated (a forced pass)
+    NO_MOVES = "no-moves"
+    #: Supply Chains (Passing variant), Supplier Sabotage: each player's last turn was a pass
+    ALL_PASSED = "all-passed"
+    #: Overflow: a house has no occupied square left
+    HOUSE_EMPTIED = "house-emptied"
+    #: Teeko: 4 markers in a line; Hexade: 6 stones in a row
+    LINE = "line"
+    #: Teeko: a 2x2 square of markers
+    SQUARE = "square"
+    #: Hexade: the ring of 6 stones around a centre cell
+    RING = "ring"
+    #: Hexade: the perimeter of a side-3 triangle (6 stones)
+    TRIANGLE = "triangle"
+    #: every game: `MAX_PLIES` plies were played (a draw)
+    MOVE_LIMIT = "move-limit"
+
+    @classmethod
+    def from_text(cls, text: object) -> EndRule | None:
+        """A snapshot's `reason`: "" (the game goes on) is None; an unknown text raises."""
+        value = str(text)
+        return cls(value) if value else None
+
+
+def reason_text(reason: EndRule | None) -> str:
+    """A state's `reason` as plain text for snapshots: the rule's text, "" while it goes on."""
+    return str(reason) if reason is not None else ""
+
+
+@dataclass(frozen=True, slots=True, repr=False)
 class Outcome:
-    """How a game ended: `winner` is a colour (1, 2) or 0 for a draw."""
+    """How a game ended: `winner` is a colour (1, 2) or 0 for a draw.
+
+    `reason` is the `EndRule` that ended it; a plain text naming a rule is converted, any
+    other text raises `ValueError`.
+    """
 
     winner: int
     scores: tuple[int, int] | None
-    reason: str  # the rule that ended it, e.g. "no-moves", "all-passed", "line", "move-limit"
+    reason: EndRule
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reason", EndRule(self.reason))
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "winner": self.winner,
             "scores": list(self.scores) if self.scores is not None else None,
-            "reason": self.reason,
+            "reason": str(self.reason),
         }
+
+    def __repr__(self) -> str:
+        # As the dataclass wrote it when `reason` was a str: golden files and logs keep it.
+        return (
+            f"Outcome(winner={self.winner!r}, scores={self.scores!r}, reason={str(self.reason)!r})"
+        )
+
+
+class Display(Protocol):
+    """What a game draws beyond the pieces (the chains games' surplus display).
+
+    Read models store `to_dict()`: JSON-able, cells named by their labels.
+    """
+
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 class State(ABC):
@@ -127,8 +193,8 @@ class State(ABC):
     ply: int
     #: the colour (1 or 2) to move
     mover: int
-    #: the rule that ended the game (`Outcome.reason`), "" while it goes on
-    reason: str
+    #: the rule that ended the game (`Outcome.reason`), None while it goes on
+    reason: EndRule | None
 
     # -- the unchecked path: ints, no validation ---------------------------------
     @abstractmethod
@@ -158,7 +224,7 @@ class State(ABC):
 
     @property
     def is_terminal(self) -> bool:
-        return bool(self.reason)
+        return self.reason is not None
 
     @abstractmethod
     def outcome(self) -> Outcome | None:
@@ -175,6 +241,15 @@ class State(ABC):
     @abstractmethod
     def to_dict(self) -> dict[str, Any]:
         """A compact JSON-able snapshot; `Game.state_from_dict` reads it back."""
+
+    def display(self) -> Display | None:
+        """What the game shows beyond the pieces, or None for a game that shows nothing more.
+
+        Supply Chains and Supplier Sabotage return their surplus display (chains, their
+        warehouses, the suppliers around them, deficit warehouses and the value on each
+        piece); the other games return None. Callers store `display().to_dict()`.
+        """
+        return None
 
     def snapshot_header(self) -> dict[str, Any]:
         """The fields every snapshot starts with; `Game.check_snapshot` checks them."""
@@ -307,13 +382,12 @@ def register(cls: type[Game]) -> type[Game]:
 
 
 def game_names() -> list[str]:
-    _load_builtin_games()
+    """The registered games' names, sorted (the `engine` package registers the built-ins)."""
     return sorted(_REGISTRY)
 
 
 def load_game(name: str, **options: object) -> Game:
     """The one registry: `load_game("supply-chains", board="square-8")`."""
-    _load_builtin_games()
     try:
         factory = _REGISTRY[name]
     except KeyError:
@@ -321,7 +395,3 @@ def load_game(name: str, **options: object) -> Game:
             f"unknown game {name!r}; accepted: {', '.join(sorted(_REGISTRY))}"
         ) from None
     return factory(**options)
-
-
-def _load_builtin_games() -> None:
-    import engine.games  # noqa: F401  (registers the built-in games)

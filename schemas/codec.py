@@ -13,14 +13,14 @@ the reply codes a sender gets for a broken entry.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import msgpack
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from schemas.base import SCHEMA_VERSION
 from schemas.commands import Command
-from schemas.events import Event
+from schemas.events import Event, EventMap
 from schemas.replies import Reply
 from schemas.turns import Turn
 
@@ -111,6 +111,13 @@ def encode_accepted(command_id: str, game_id: str, seq: int, token: str | None) 
 def event_hash(data: bytes) -> str:
     """The chain link: sha256 hex of an event's stored bytes (the next event's prev_hash)."""
     return hashlib.sha256(data).hexdigest()
+
+
+def unpack_event(data: bytes) -> EventMap:
+    """An event's stored map, checked for size and shape only: for readers of events the
+    engine validated on their way into the log (see `schemas.events.EventMap`)."""
+    event: Any = unpack(data)
+    return cast("EventMap", event)
 
 
 def unpack(data: bytes) -> dict[str, Any]:

@@ -18,6 +18,7 @@ RejectCode = Literal[
     "illegal_move",
     "invalid_move",
     "not_your_turn",
+    "too_late",
     "stale_seq",
     "bad_token",
     "unknown_game",

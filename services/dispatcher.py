@@ -9,8 +9,14 @@ event + limit, the engine's own rule) goes into the partition's clock zset as "<
 whether it really is late. A clock is claimed by whichever dispatcher removes it first, in
 the same atomic write that sends the claim, so a failed write never loses a clock.
 
-What it needs of a game (options, seats, moves) is folded from the feed and cached; on a miss
-or a gap the game is folded from its log. A redelivered entry can send a turn request twice;
+A bot nobody serves must not hold a game for ever: a bot's turn in a game without a clock
+is watched too ("<id>|<seq>|watch" in the clock zset, due after `unserved_ms`); when it
+comes due and no worker of that bot has a fresh heartbeat, the operator aborts the game
+(an `Abort` with the admin token), else the watch is set again.
+
+What it needs of a game (options, seats, moves) is the shared fold (`GameFold`, without
+the engine position) of the feed, cached; on a miss or a gap the game is folded from its
+log. A redelivered entry can send a turn request twice;
 workers drop the copy (the log has moved on, or the command id repeats and the engine answers
 with its first reply), so dispatch is at least once and its effect exactly once.
 """
@@ -19,19 +25,29 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from redis.asyncio import Redis
-
-from schemas.codec import FIELD, FIELD_BYTES, DecodeError, encode, unpack
-from schemas.commands import ClaimTimeout
-from schemas.tokens import bot_token, server_secret
+from schemas.codec import FIELD, DecodeError, encode, unpack, unpack_event
+from schemas.commands import Abort, ClaimTimeout
+from schemas.events import EventMap
+from schemas.tokens import admin_token, bot_token, server_secret
 from schemas.turns import TurnRequest
-from services.keys import DISPATCHER_GROUP, Keys
-from services.streams import Entry, GroupReader, StreamConsumer, as_text, consumer_name, now_ms
+from services.bus.cache import LRU
+from services.bus.clients import QueryClient, log_entries
+from services.bus.connection import Client
+from services.bus.consumer import (
+    Entry,
+    GroupReader,
+    StreamConsumer,
+    as_text,
+    consumer_name,
+    now_ms,
+)
+from services.bus.keys import DISPATCHER_GROUP, Keys
+from services.bus.scripts import Script
+from services.projector.fold import GameFold
+from services.projector.live import FEED_GROUPS
 
 log = logging.getLogger("agon.dispatcher")
 
@@ -41,12 +57,15 @@ INBOX_MAXLEN = 100_000
 TIMEOUT_GRACE_MS = 50
 #: Passed deadlines claimed per partition per sweep; the rest wait for the next sweep.
 CLAIMS_PER_SWEEP = 500
+#: A bot turn without a clock whose bot has no live worker this long is aborted.
+UNSERVED_MS = 300_000
 
 # Claim passed clocks of one partition: send each claim, then remove its clock. Atomic, so
 # two dispatchers never both claim one clock; the XADD comes first because Redis does not
 # roll a script back, so a failed write leaves the clock for the next sweep.
 # KEYS: clocks zset, command stream. ARGV: the entry field, then (member, claim) pairs.
-_CLAIM_LUA = """
+_CLAIM = Script(
+    """
 local claimed = 0
 for i = 2, #ARGV, 2 do
   if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
@@ -57,66 +76,18 @@ for i = 2, #ARGV, 2 do
 end
 return claimed
 """
-
-
-@dataclass
-class GameTurns:
-    """What the dispatcher knows of one game: enough to write its turn requests."""
-
-    game_id: str
-    game: str
-    options: dict[str, str]
-    seats: list[dict[str, Any]]
-    move_time_ms: int
-    seed: int
-    seq: int = 0
-    time: int = 0
-    moves: list[str] = field(default_factory=list)
-    to_move: int = 0
-    colours: list[int] = field(default_factory=lambda: [1, 2])
-    ended: bool = False
-    #: the seq whose turn was dispatched and whose clock was set (0: none yet)
-    dispatched: int = 0
-
-    @classmethod
-    def start(cls, ev: dict[str, Any]) -> GameTurns:
-        if ev.get("type") != "game_created":
-            raise ValueError(f"game {ev.get('game_id')}: log starts with {ev.get('type')!r}")
-        return cls(
-            ev["game_id"],
-            ev["game"],
-            dict(ev["options"]),
-            list(ev["seats"]),
-            ev["move_time_ms"],
-            ev["seed"],
-            seq=ev["seq"],
-            time=ev["time"],
-        )
-
-    def evolve(self, ev: dict[str, Any]) -> None:
-        kind = ev["type"]
-        if kind in ("game_started", "move_played"):
-            self.to_move = ev["to_move"]
-            self.colours = list(ev["colours"])
-            if kind == "move_played":
-                self.moves.append(ev["move"])
-        elif kind == "game_ended":
-            self.ended = True
-            self.to_move = 0
-        self.seq = ev["seq"]
-        self.time = ev["time"]
-
-    @property
-    def deadline(self) -> int:
-        return self.time + self.move_time_ms if self.move_time_ms else 0
+)
 
 
 class Dispatcher(StreamConsumer):
     """One dispatcher consumer: `run` until stopped, or `drain` what is there."""
 
+    role = "dispatcher"
+    trim_groups = FEED_GROUPS
+
     def __init__(
         self,
-        redis: Redis,
+        redis: Client,
         keys: Keys | None = None,
         *,
         consumer: str | None = None,
@@ -127,6 +98,7 @@ class Dispatcher(StreamConsumer):
         clock_every_s: float = 0.1,
         clock: Callable[[], int] = now_ms,
         cache_size: int = 20_000,
+        unserved_ms: int = UNSERVED_MS,
     ) -> None:
         self.redis = redis
         self.keys = keys or Keys()
@@ -136,6 +108,7 @@ class Dispatcher(StreamConsumer):
             [self.keys.feed(p) for p in self.keys.all_partitions()],
             DISPATCHER_GROUP,
             consumer or consumer_name("dispatcher"),
+            heartbeats=self.keys.processes(),
             count=batch,
             claim_idle_ms=claim_idle_ms,
         )
@@ -144,12 +117,23 @@ class Dispatcher(StreamConsumer):
         self.block_ms = min(block_ms, int(clock_every_s * 1000)) or 1
         self.clock_every_s = clock_every_s
         self.clock = clock
-        self.cache_size = cache_size
+        self.unserved_ms = unserved_ms
         self.turns_sent = 0
         self.timeouts_claimed = 0
-        self._cache: OrderedDict[str, GameTurns] = OrderedDict()
+        self.unserved_aborted = 0
+        self.query = QueryClient(redis, self.keys)
+        self._cache: LRU[str, GameFold] = LRU(cache_size)
+        #: per game, the seq whose turn was dispatched and whose clock was set
+        self._dispatched: LRU[str, int] = LRU(cache_size)
         self._next_sweep = 0.0
-        self._claim = redis.register_script(_CLAIM_LUA)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "turns": self.turns_sent,
+            "timeouts": self.timeouts_claimed,
+            "aborted_unserved": self.unserved_aborted,
+            "set_aside": self.entries_set_aside,
+        }
 
     def forget(self) -> None:
         self._cache.clear()
@@ -159,22 +143,20 @@ class Dispatcher(StreamConsumer):
             self._next_sweep = time.monotonic() + self.clock_every_s
             await self.claim_timeouts()
 
-    async def drain(self) -> int:
-        """Dispatch everything the feeds hold, then claim passed deadlines, and return."""
-        handled = await super().drain()
+    async def settle(self) -> None:
+        """After a drain: claim passed deadlines too."""
         await self.claim_timeouts()
-        return handled
 
     async def process(self, entries: Sequence[Entry]) -> None:
-        by_game: dict[str, list[dict[str, Any]]] = {}
+        by_game: dict[str, list[EventMap]] = {}
         for entry in entries:
             try:
                 if entry.data is None:
                     raise DecodeError("malformed", f"no field {FIELD!r}")
-                ev = unpack(entry.data)
+                ev: Any = unpack(entry.data)
                 by_game.setdefault(ev["game_id"], []).append(ev)
-            except (DecodeError, KeyError) as exc:
-                await self.set_aside(entry, exc)
+            except (DecodeError, KeyError, TypeError) as exc:
+                await self.set_aside(entry, repr(exc))
         games = await self._advance(by_game)
         pipe = self.redis.pipeline(transaction=False)
         for g in games:
@@ -182,9 +164,9 @@ class Dispatcher(StreamConsumer):
         await pipe.execute()
         await self.reader.ack(entries)
 
-    async def _advance(self, by_game: dict[str, list[dict[str, Any]]]) -> list[GameTurns]:
+    async def _advance(self, by_game: dict[str, list[EventMap]]) -> list[GameFold]:
         """Bring each touched game up to its newest event, from the feed or from its log."""
-        out: list[GameTurns] = []
+        out: list[GameFold] = []
         refold: list[str] = []
         for gid, events in by_game.items():
             g = self._cache.get(gid)
@@ -193,26 +175,22 @@ class Dispatcher(StreamConsumer):
                 continue
             seqs = sorted(fresh)
             if g is None and seqs[0] == 1:
-                g = GameTurns.start(fresh[1])
+                g = GameFold.start(fresh[1], replay=False)
                 seqs = seqs[1:]
             if g is None or seqs != list(range(g.seq + 1, g.seq + 1 + len(seqs))):
                 refold.append(gid)  # a miss or a gap: this consumer has not seen it all
                 continue
-            for s in seqs:
-                g.evolve(fresh[s])
+            g.extend(fresh[s] for s in seqs)
             out.append(g)
         out.extend(await self._refold(refold))
         for g in out:
-            if g.ended:
-                self._cache.pop(g.game_id, None)
+            if g.status == "ended":
+                self._cache.pop(g.game_id)
             else:
-                self._cache[g.game_id] = g
-                self._cache.move_to_end(g.game_id)
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
+                self._cache.put(g.game_id, g)
         return out
 
-    async def _refold(self, game_ids: Sequence[str]) -> list[GameTurns]:
+    async def _refold(self, game_ids: Sequence[str]) -> list[GameFold]:
         """These games folded again from their logs, in one trip.
 
         A log that does not fold is logged and skipped: the engine wrote it, so that is a
@@ -223,46 +201,49 @@ class Dispatcher(StreamConsumer):
         pipe = self.redis.pipeline(transaction=False)
         for gid in game_ids:
             pipe.xrange(self.keys.log(gid), "-", "+")
-        out: list[GameTurns] = []
+        out: list[GameFold] = []
         for gid, rows in zip(game_ids, await pipe.execute(), strict=True):
             try:
-                events = [unpack(fields[FIELD_BYTES]) for _, fields in rows]
-                g = GameTurns.start(events[0])
-                for ev in events[1:]:
-                    g.evolve(ev)
+                events: list[Any] = [unpack_event(e.data) for e in log_entries(rows)]
+                g = GameFold.start(events[0], replay=False)
+                g.extend(events[1:])
             except Exception:
                 log.exception("dispatcher: the log of game %s does not fold", gid)
                 continue
-            old = self._cache.get(gid)
-            g.dispatched = old.dispatched if old is not None else 0
             out.append(g)
         return out
 
-    def _queue_turn(self, pipe: Any, g: GameTurns) -> None:
+    def _queue_turn(self, pipe: Any, g: GameFold) -> None:
         """The game's head decides: a turn request and a clock, or clearing the clock."""
         clocks = self.keys.clocks(self.keys.partition(g.game_id))
-        if g.dispatched and g.dispatched != g.seq:
-            pipe.zrem(clocks, f"{g.game_id}|{g.dispatched}")
-        if g.ended or not g.to_move or g.dispatched == g.seq:
+        dispatched = self._dispatched.get(g.game_id) or 0
+        if dispatched and dispatched != g.seq:
+            pipe.zrem(clocks, f"{g.game_id}|{dispatched}", f"{g.game_id}|{dispatched}|watch")
+        if g.status != "playing" or not g.to_move or dispatched == g.seq:
+            if g.status == "ended":
+                self._dispatched.pop(g.game_id)
             return
-        g.dispatched = g.seq
-        if g.move_time_ms:
-            pipe.zadd(clocks, {f"{g.game_id}|{g.seq}": g.deadline})
+        self._dispatched.put(g.game_id, g.seq)
         seat = g.seats[g.to_move - 1]
+        if g.deadline:
+            pipe.zadd(clocks, {f"{g.game_id}|{g.seq}": g.deadline})
+        elif seat["kind"] == "bot":
+            pipe.zadd(clocks, {f"{g.game_id}|{g.seq}|watch": g.updated + self.unserved_ms})
         if seat["kind"] != "bot":
             return
+        created = g.created
         request = TurnRequest(
             game_id=g.game_id,
-            game=g.game,
-            options=g.options,
+            game=created["game"],
+            options=created["options"],
             moves=g.moves,
             seq=g.seq,
             seat=g.to_move,
-            colour=g.colours[g.to_move - 1],
+            colour=g.colour_of(g.to_move),
             bot=seat["name"],
             token=bot_token(self.secret, g.game_id, g.to_move),
             deadline=g.deadline,
-            seed=g.seed,
+            seed=created["seed"],
         )
         pipe.xadd(
             self.keys.bot_turns(seat["name"]),
@@ -273,27 +254,49 @@ class Dispatcher(StreamConsumer):
         self.turns_sent += 1
 
     async def claim_timeouts(self, now: int | None = None) -> int:
-        """Send a `ClaimTimeout` for every deadline passed (by the grace) in any partition."""
+        """Send a `ClaimTimeout` for every deadline passed (by the grace) in any partition,
+        and abort the games of unserved bots whose watch came due."""
         limit = (self.clock() if now is None else now) - TIMEOUT_GRACE_MS
         parts = list(self.keys.all_partitions())
         pipe = self.redis.pipeline(transaction=False)
         for p in parts:
             pipe.zrangebyscore(self.keys.clocks(p), "-inf", limit, start=0, num=CLAIMS_PER_SWEEP)
         answers = await pipe.execute()
-        due = [(p, members) for p, members in zip(parts, answers, strict=True) if members]
+        due = [(p, list(map(as_text, m))) for p, m in zip(parts, answers, strict=True) if m]
         if not due:
             return 0
-        pipe = self.redis.pipeline(transaction=False)
+        calls = []
         for p, members in due:
             args: list[Any] = [FIELD]
-            for member in map(as_text, members):
-                gid, _, seq = member.rpartition("|")
-                claim = ClaimTimeout(
-                    command_id=f"timeout:{gid}:{seq}", game_id=gid, expected_seq=int(seq)
-                )
-                args += [member, encode(claim)]
-            keys = [self.keys.clocks(p), self.keys.commands(p)]
-            await self._claim(keys=keys, args=args, client=pipe)
-        claimed = sum(int(n) for n in await pipe.execute())
+            for member in members:
+                command = await self._due_command(p, member)
+                if command is not None:
+                    args += [member, encode(command)]
+            if len(args) > 1:
+                calls.append(([self.keys.clocks(p), self.keys.commands(p)], args))
+        claimed = sum(int(n) for n in await _CLAIM.run_many(self.redis, calls))
         self.timeouts_claimed += claimed
         return claimed
+
+    async def _due_command(self, p: int, member: str) -> ClaimTimeout | Abort | None:
+        """The command a due clock sends: a timeout claim, or for a watch an abort if
+        nobody serves the bot (else the watch is set again and None returned)."""
+        gid, _, rest = member.partition("|")
+        seq, _, watch = rest.partition("|")
+        if not watch:
+            return ClaimTimeout(
+                command_id=f"timeout:{gid}:{seq}", game_id=gid, expected_seq=int(seq)
+            )
+        g = self._cache.get(gid) or next(iter(await self._refold([gid])), None)
+        bot = g.seats[g.to_move - 1]["name"] if g is not None and g.to_move else None
+        if bot is not None and (await self.query.bot_health(bot)).workers:
+            await self.redis.zadd(self.keys.clocks(p), {member: self.clock() + self.unserved_ms})
+            return None
+        self.unserved_aborted += 1
+        log.warning("dispatcher: nobody serves the bot to move in game %s: aborting it", gid)
+        return Abort(
+            command_id=f"unserved:{gid}:{seq}",
+            game_id=gid,
+            seat=0,
+            token=admin_token(self.secret),
+        )

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
-from services.keys import DEFAULT_PARTITIONS, DEFAULT_PREFIX
+from services.bus.keys import DEFAULT_PARTITIONS, DEFAULT_PREFIX
 
 #: How long a starting server may take to answer PING before we call the start failed.
 START_TIMEOUT_S = 10.0

@@ -1,19 +1,20 @@
-"""Running the pipeline: every service in one process, selfplay, verify and rebuild.
+"""Running the pipeline: every service in one process or one per process, selfplay, verify, rebuild.
 
-`ServiceSet` runs an engine service, the projector, the dispatcher and one worker per bot on
+`ServiceSet` runs engine services, the projector, the dispatcher and one worker per bot on
 one event loop against one Redis. The subcommands built on it are `agon up` (serve until
 interrupted, optionally after a demo match), `agon selfplay` (create N games between bots,
-wait until they end through the whole pipeline, print a summary; with `--json` the last line
-is the machine-readable one), `agon verify` (replay every log, check every hash chain,
-compare the read models; exit 1 on any difference) and `agon rebuild` (recompute the read
-models from the logs). Each takes `--redis-url` (default `$REDIS_URL`); without one, a
-private redis-server runs for the length of the command (`services.redis_embedded`).
-`agon projector`, `agon dispatcher` and `agon bots` run one kind of service per process, for
-scaling out.
+wait until they end, print a summary; with `--services none` it only drives a deployment
+started separately; with `--json` the last line is machine-readable), `agon verify` (replay
+every log, check every hash chain, compare the read models; exit 1 on any difference) and
+`agon rebuild` (recompute the read models from the logs, safe while play goes on).
+`agon engine`, `agon projector`, `agon dispatcher` and `agon bots` run one kind of service
+per process, for scaling out: each says when it is ready, logs a stats line every few
+seconds with -v, waits for Redis when it is away, and stops cleanly on SIGTERM or Ctrl-C.
 
-Each subcommand is an object with `add_arguments(parser)` and `run(args) -> int`, the shape
-`services.cli` expects of a subcommand module: `UP`, `SELFPLAY`, `VERIFY`, `REBUILD`,
-`PROJECTOR`, `DISPATCHER`, `BOTS`.
+Every command takes `--redis-url` (default `$REDIS_URL`). Commands that play run a private
+redis-server without one; commands that inspect (verify, rebuild) refuse instead, since a
+fresh empty server would always look fine. Each subcommand is an object with
+`add_arguments(parser)` and `run(args) -> int`, the shape `services.cli` expects.
 """
 
 from __future__ import annotations
@@ -33,37 +34,27 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
 from bots import bot_names, load_bot
 from bots.worker import BotWorker
-from engine import game_names, load_game
-from schemas.codec import FIELD, encode
+from engine import game_names
 from schemas.commands import CreateGame, SeatSpec
+from services.bus.clients import CommandClient, QueryClient
+from services.bus.connection import TRANSIENT_ERRORS, Client, RedisUnavailable, connect, redact
+from services.bus.consumer import GroupReader, StreamConsumer
+from services.bus.keys import Keys
 from services.dispatcher import Dispatcher
 from services.engine_service import EngineService, settle_heap
-from services.keys import Keys
+from services.options import (
+    UsageError,
+    game_options_or_usage,
+    parse_options,
+    positive_float,
+    positive_int,
+)
 from services.projector import Projector, compare_read_models, rebuild, snapshot, verify
 from services.redis_embedded import add_service_arguments, redis_url_or_embedded, setup_logging
-from services.store import connect as store_connect
-from services.streams import GroupReader
 
 log = logging.getLogger("agon.runtime")
-
-
-def connect(url: str) -> Redis:
-    """A client that retries a command when its connection drops (Redis restarted).
-
-    Retrying is safe for everything the pipeline writes: commands and turn requests are
-    deduplicated by command id, appends check the log head, projections the seq. Commands
-    are packed by hiredis (`services.store.connect`), as every service sends many.
-    """
-    return store_connect(url, retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 8))
-
 
 #: How often selfplay looks at the game index while waiting for its games to end.
 POLL_S = 0.05
@@ -73,14 +64,14 @@ GameSpec = tuple[str, dict[str, str]]
 
 
 class ServiceSet:
-    """An engine service, the projector, the dispatcher and bot workers, run as tasks.
+    """Engine services, the projector, the dispatcher and bot workers, run as tasks.
 
     A short `block_ms` keeps shutdown quick: every loop checks the stop flag that often.
     """
 
     def __init__(
         self,
-        redis: Redis,
+        redis: Client,
         keys: Keys,
         bots: Sequence[str],
         *,
@@ -104,17 +95,15 @@ class ServiceSet:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
+    def services(self) -> list[StreamConsumer]:
+        return [*self.engines, self.projector, self.dispatcher, *self.workers]
+
     async def start(self) -> None:
         # Groups first, so that nothing written from now on is missed by a late reader.
-        for engine in self.engines:
-            await engine.setup()
-        for reader in self._readers():
-            await reader.setup()
+        for service in self.services():
+            await service.setup()
         runners: list[Callable[[asyncio.Event], Coroutine[Any, Any, None]]] = [
-            *(e.run for e in self.engines),
-            self.projector.run,
-            self.dispatcher.run,
-            *(w.run for w in self.workers),
+            s.run for s in self.services()
         ]
         self._tasks = [asyncio.create_task(run(self._stop)) for run in runners]
 
@@ -138,7 +127,7 @@ class ServiceSet:
         raise RuntimeError(f"the pipeline did not settle in {max_rounds} rounds")
 
     def _readers(self) -> list[GroupReader]:
-        return [self.projector.reader, self.dispatcher.reader, *(w.reader for w in self.workers)]
+        return [s.reader for s in self.services()]
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()
@@ -150,9 +139,6 @@ class ServiceSet:
                 _, stuck = await asyncio.wait(late, timeout=timeout_s)
                 if stuck:
                     log.error("%d service tasks ignored cancellation", len(stuck))
-        for reader in self._readers():
-            with contextlib.suppress(Exception):
-                await reader.leave()
 
     def failed(self) -> BaseException | None:
         """The exception that ended a service task, if one ended (they should not)."""
@@ -187,18 +173,34 @@ class SelfplayResult:
         }
 
 
-def parse_options(items: Sequence[str]) -> dict[str, str]:
-    options: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--option wants key=value, got {item!r}")
-        options[key] = value
-    return options
+def game_commands(
+    specs: Sequence[GameSpec],
+    count: int,
+    bots: Sequence[str],
+    *,
+    move_time_ms: int = 0,
+    run_id: str = "",
+) -> list[CreateGame]:
+    """`count` CreateGame commands per (game, options) spec between `bots`."""
+    run_id = run_id or uuid.uuid4().hex[:8]
+    seats = [SeatSpec(kind="bot", name=b) for b in bots]
+    return [
+        CreateGame(
+            command_id=f"selfplay:{game}-{run_id}-{i}",
+            game_id=f"{game}-{run_id}-{i}",
+            game=game,
+            options=options,
+            seats=seats,
+            move_time_ms=move_time_ms,
+            seed=i,
+        )
+        for game, options in specs
+        for i in range(count)
+    ]
 
 
 async def create_games(
-    redis: Redis,
+    redis: Client,
     keys: Keys,
     specs: Sequence[GameSpec],
     count: int,
@@ -207,69 +209,47 @@ async def create_games(
     move_time_ms: int = 0,
     run_id: str = "",
 ) -> list[str]:
-    """Send `count` CreateGame commands per (game, options) spec; return the game ids."""
-    run_id = run_id or uuid.uuid4().hex[:8]
-    seats = [SeatSpec(kind="bot", name=b) for b in bots]
-    ids: list[str] = []
-    pipe = redis.pipeline(transaction=False)
-    for game, options in specs:
-        for i in range(count):
-            gid = f"{game}-{run_id}-{i}"
-            command = CreateGame(
-                command_id=f"selfplay:{gid}",
-                game_id=gid,
-                game=game,
-                options=options,
-                seats=seats,
-                move_time_ms=move_time_ms,
-                seed=i,
-            )
-            pipe.xadd(keys.commands_for(gid), {FIELD: encode(command)})
-            ids.append(gid)
-    await pipe.execute()
-    return ids
+    """Send the games' CreateGame commands without waiting; return the game ids."""
+    commands = game_commands(specs, count, bots, move_time_ms=move_time_ms, run_id=run_id)
+    await CommandClient(redis, keys).send(commands)
+    return [c.game_id for c in commands]
 
 
 async def wait_until_ended(
-    redis: Redis,
+    redis: Client,
     keys: Keys,
     game_ids: Sequence[str],
     timeout_s: float,
     check: Callable[[], BaseException | None] = lambda: None,
 ) -> list[str]:
     """Wait until the projector lists every game as ended; return the ones that did not."""
+    query = QueryClient(redis, keys)
     waiting = list(game_ids)
     deadline = time.monotonic() + timeout_s
     while waiting and time.monotonic() < deadline:
         failure = check()
         if failure is not None:
             raise RuntimeError(f"a service stopped: {failure!r}") from failure
-        pipe = redis.pipeline(transaction=False)
-        for gid in waiting:
-            pipe.zscore(keys.index_status(keys.partition(gid), "ended"), gid)
         try:
-            scores = await pipe.execute()
-        except (RedisConnectionError, RedisTimeoutError):
+            statuses = await query.statuses(waiting)
+        except TRANSIENT_ERRORS:
             # Redis restarting: the services ride it out, and so does the waiting.
             await asyncio.sleep(POLL_S)
             continue
-        waiting = [gid for gid, s in zip(waiting, scores, strict=True) if s is None]
+        waiting = [gid for gid, s in zip(waiting, statuses, strict=True) if s != "ended"]
         if waiting:
             await asyncio.sleep(POLL_S)
     return waiting
 
 
-async def collect(redis: Redis, keys: Keys, game_ids: Sequence[str]) -> SelfplayResult:
+async def collect(redis: Client, keys: Keys, game_ids: Sequence[str]) -> SelfplayResult:
     """Moves and outcomes of the games, read from their views."""
-    pipe = redis.pipeline(transaction=False)
-    for gid in game_ids:
-        pipe.get(keys.view(gid))
     result = SelfplayResult(games=len(game_ids))
-    for gid, raw in zip(game_ids, await pipe.execute(), strict=True):
-        if raw is None:
+    views = await QueryClient(redis, keys).views(game_ids)
+    for gid, view in zip(game_ids, views, strict=True):
+        if view is None:
             result.unfinished.append(gid)
             continue
-        view = json.loads(raw)
         result.moves += view["ply"]
         outcomes = result.outcomes.setdefault(view["game"], Counter())
         if view["status"] != "ended":
@@ -287,7 +267,7 @@ async def collect(redis: Redis, keys: Keys, game_ids: Sequence[str]) -> Selfplay
 
 
 async def selfplay(
-    redis: Redis,
+    redis: Client,
     keys: Keys,
     specs: Sequence[GameSpec],
     count: int,
@@ -296,17 +276,28 @@ async def selfplay(
     move_time_ms: int = 0,
     timeout_s: float = 600.0,
     engines: int = 1,
+    services: bool = True,
 ) -> SelfplayResult:
-    """Play `count` games per spec between `bots` through every service, in this process."""
-    services = ServiceSet(redis, keys, bots, engines=engines)
-    await services.start()
+    """Play `count` games per spec between `bots`: through services run in this process, or
+    (`services` False) through a deployment that runs them elsewhere."""
+    running = ServiceSet(redis, keys, bots, engines=engines) if services else None
+    if running is not None:
+        await running.start()
     try:
         started = time.perf_counter()
-        ids = await create_games(redis, keys, specs, count, bots, move_time_ms=move_time_ms)
-        await wait_until_ended(redis, keys, ids, timeout_s, services.failed)
+        commands = game_commands(specs, count, bots, move_time_ms=move_time_ms)
+        async with CommandClient(redis, keys, timeout_s=30.0) as client:
+            replies = await client.submit_many(commands)
+        refused = [r for r in replies if r.type == "rejected"]
+        if refused:
+            raise UsageError(f"the engine refused a game: {refused[0].message}")
+        ids = [c.game_id for c in commands]
+        check = running.failed if running is not None else (lambda: None)
+        await wait_until_ended(redis, keys, ids, timeout_s, check)
         seconds = time.perf_counter() - started
     finally:
-        await services.stop()
+        if running is not None:
+            await running.stop()
     result = await collect(redis, keys, ids)
     result.seconds = seconds
     return result
@@ -314,14 +305,26 @@ async def selfplay(
 
 # -- the subcommands -----------------------------------------------------------------------
 def _with_redis(
-    args: argparse.Namespace, body: Callable[[Redis, Keys, str], Awaitable[int]]
+    args: argparse.Namespace,
+    body: Callable[[Client, Keys, str], Awaitable[int]],
+    *,
+    embedded: bool = True,
+    wait_s: float | None = 30.0,
 ) -> int:
-    """Run `body` against `--redis-url` (or a private server) and close what it opened."""
+    """Run `body` against `--redis-url` (or, if `embedded`, a private server) and close it."""
     setup_logging(args.verbose)
     keys = Keys(args.prefix, args.partitions)
+    if not args.redis_url and not embedded:
+        raise UsageError(
+            "which Redis? pass --redis-url or set REDIS_URL (a new private server would be empty)"
+        )
 
     async def main(url: str) -> int:
-        redis = connect(url)
+        try:
+            redis = await connect(url, wait_s=wait_s)
+        except RedisUnavailable as exc:
+            print(f"agon {args.command}: {exc}", file=sys.stderr)
+            return 1
         try:
             return await body(redis, keys, url)
         finally:
@@ -348,13 +351,23 @@ class _Selfplay:
         parser.add_argument(
             "--option", action="append", default=[], help="game option key=value, repeatable"
         )
-        parser.add_argument("--games", type=int, default=10, help="games per game name")
+        parser.add_argument("--games", type=positive_int, default=10, help="games per game name")
         parser.add_argument(
             "--bots", default="random,random", help=f"two bots, comma separated ({bot_names()})"
         )
-        parser.add_argument("--move-time-ms", type=int, default=0, help="per-move limit (0: none)")
-        parser.add_argument("--engines", type=int, default=1, help="engine services to run")
-        parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait")
+        parser.add_argument(
+            "--move-time-ms", type=int, default=0, help="per-move limit in ms (0: none)"
+        )
+        parser.add_argument(
+            "--engines", type=positive_int, default=1, help="engine services to run"
+        )
+        parser.add_argument(
+            "--services",
+            choices=("all", "none"),
+            default="all",
+            help="run every service in this process (all), or only drive a deployment (none)",
+        )
+        parser.add_argument("--timeout", type=positive_float, default=600.0, help="seconds to wait")
         parser.add_argument("--verify", action="store_true", help="run `agon verify` afterwards")
         parser.add_argument("--json", action="store_true", help="end with a JSON summary line")
 
@@ -364,19 +377,23 @@ class _Selfplay:
         options = parse_options(args.option)
         bots = [b.strip() for b in args.bots.split(",")]
         if len(bots) != 2:
-            print("--bots wants two bot names, e.g. random,random", file=sys.stderr)
-            return 2
+            raise UsageError("--bots wants two bot names, e.g. random,random")
+        if args.move_time_ms < 0:
+            raise UsageError(
+                f"--move-time-ms must be 0 (no clock) or more, got {args.move_time_ms}"
+            )
+        for name in names:
+            game_options_or_usage(name, options)
         try:
-            for name in names:
-                load_game(name, **options)
             for b in set(bots):
                 load_bot(b)
         except ValueError as exc:
-            print(f"agon selfplay: {exc}", file=sys.stderr)
-            return 2
+            raise UsageError(str(exc)) from None
+        if args.services == "none" and not args.redis_url:
+            raise UsageError("--services none drives a running deployment: pass its --redis-url")
         specs = [(name, options) for name in names]
 
-        async def body(redis: Redis, keys: Keys, url: str) -> int:
+        async def body(redis: Client, keys: Keys, url: str) -> int:
             result = await selfplay(
                 redis,
                 keys,
@@ -386,6 +403,7 @@ class _Selfplay:
                 move_time_ms=args.move_time_ms,
                 timeout_s=args.timeout,
                 engines=args.engines,
+                services=args.services == "all",
             )
             _print_selfplay(result, names, bots)
             status = 0 if result.finished == result.games else 1
@@ -431,7 +449,7 @@ class _Verify:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        async def body(redis: Redis, keys: Keys, url: str) -> int:
+        async def body(redis: Client, keys: Keys, url: str) -> int:
             report = await verify(redis, keys)
             if args.json:
                 out = {"games": report.games, "events": report.events, "ok": report.ok}
@@ -440,7 +458,7 @@ class _Verify:
                 _print_verify(report.games, report.events, report.problems)
             return 0 if report.ok else 1
 
-        return _with_redis(args, body)
+        return _with_redis(args, body, embedded=False)
 
 
 class _Rebuild:
@@ -456,7 +474,7 @@ class _Rebuild:
         )
         parser.add_argument(
             "--workers",
-            type=int,
+            type=positive_int,
             default=os.cpu_count() or 1,
             help="processes replaying logs (default: one per core)",
         )
@@ -464,7 +482,7 @@ class _Rebuild:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        async def body(redis: Redis, keys: Keys, url: str) -> int:
+        async def body(redis: Client, keys: Keys, url: str) -> int:
             before = await snapshot(redis, keys) if args.check else {}
             started = time.perf_counter()
             stats = await rebuild(redis, keys, workers=args.workers, url=url)
@@ -474,7 +492,7 @@ class _Rebuild:
             rate = stats.events / seconds if seconds > 0 else 0.0
             print(
                 f"rebuild: {stats.games} games, {stats.events} events in {seconds:.3f} s"
-                f" ({rate:.0f} events/s)"
+                f" ({rate:.0f} events/s); {stats.ahead} already newer, {stats.swept} stale removed"
             )
             status = 1 if stats.skipped else 0
             if args.check:
@@ -488,7 +506,7 @@ class _Rebuild:
                 print(json.dumps({**summary, "events_per_sec": round(rate, 1)}))
             return status
 
-        return _with_redis(args, body)
+        return _with_redis(args, body, embedded=False)
 
 
 class _Up:
@@ -500,7 +518,9 @@ class _Up:
         parser.add_argument(
             "--bots", default=",".join(bot_names()), help="bots to serve, comma separated"
         )
-        parser.add_argument("--engines", type=int, default=1, help="engine services to run")
+        parser.add_argument(
+            "--engines", type=positive_int, default=1, help="engine services to run"
+        )
         parser.add_argument(
             "--demo", action="store_true", help="first play one game of each game between bots"
         )
@@ -512,13 +532,17 @@ class _Up:
     def run(args: argparse.Namespace) -> int:
         bots = [b.strip() for b in args.bots.split(",") if b.strip()]
 
-        async def body(redis: Redis, keys: Keys, url: str) -> int:
+        async def body(redis: Client, keys: Keys, url: str) -> int:
             services = ServiceSet(redis, keys, bots, engines=args.engines)
             await services.start()
             # A serving process: keep full collections from rescanning the startup heap.
             settle_heap()
             stop = _stop_on_signals()
-            print(f"agon up: engine x{args.engines}, projector, dispatcher, bots {bots}")
+            print(
+                f"agon up: ready on {redact(url)}: engine x{args.engines}, projector,"
+                f" dispatcher, bots {bots}",
+                flush=True,
+            )
             try:
                 if args.demo:
                     specs: list[GameSpec] = [(n, {}) for n in game_names()]
@@ -549,7 +573,7 @@ def _stop_on_signals() -> asyncio.Event:
 
 
 class _Service:
-    """One pipeline service in its own process, for scaling out (DESIGN.md, Running it)."""
+    """One pipeline service kind in its own process, for scaling out (DESIGN.md, Running it)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -560,40 +584,56 @@ class _Service:
             parser.add_argument(
                 "--bot", action="append", help=f"bot to serve, repeatable (default: {bot_names()})"
             )
+        if self.kind == "engine":
+            parser.add_argument(
+                "--batch", type=positive_int, default=256, help="entries per partition per read"
+            )
+            parser.add_argument(
+                "--idempotency-hours",
+                type=positive_float,
+                default=24.0,
+                help="how long a command id is remembered (its reply repeated) (default: 24)",
+            )
         parser.add_argument(
             "--drain", action="store_true", help="process what is there, then exit (burst mode)"
         )
 
-    def _make(
-        self, redis: Redis, keys: Keys, args: argparse.Namespace
-    ) -> list[Projector | Dispatcher | BotWorker]:
+    def _make(self, redis: Client, keys: Keys, args: argparse.Namespace) -> list[StreamConsumer]:
+        if self.kind == "engine":
+            ttl = int(args.idempotency_hours * 3_600_000)
+            return [EngineService(redis, keys, batch=args.batch, reply_ttl_ms=ttl)]
         if self.kind == "projector":
             return [Projector(redis, keys)]
         if self.kind == "dispatcher":
             return [Dispatcher(redis, keys)]
-        return [BotWorker(redis, bot, keys) for bot in args.bot or bot_names()]
+        try:
+            return [BotWorker(redis, bot, keys) for bot in args.bot or bot_names()]
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
 
     def run(self, args: argparse.Namespace) -> int:
-        async def body(redis: Redis, keys: Keys, url: str) -> int:
+        if self.kind == "bots":
+            for bot in args.bot or ():
+                try:
+                    load_bot(bot)
+                except ValueError as exc:
+                    raise UsageError(str(exc)) from None
+
+        async def body(redis: Client, keys: Keys, url: str) -> int:
             services = self._make(redis, keys, args)
-            for service in services:
-                await service.reader.setup()
             if args.drain:
                 handled = sum([await service.drain() for service in services])
                 print(f"{self.kind}: {handled} entries handled")
                 return 0
+            settle_heap()  # a serving process: keep collections off the startup heap
             stop = _stop_on_signals()
-            try:
-                await asyncio.gather(*(service.run(stop) for service in services))
-            finally:
-                for service in services:
-                    with contextlib.suppress(Exception):
-                        await service.reader.leave()
+            await asyncio.gather(*(service.run(stop) for service in services))
             return 0
 
-        return _with_redis(args, body)
+        return _with_redis(args, body, wait_s=None)
 
 
+ENGINE = _Service("engine")
 UP = _Up()
 PROJECTOR = _Service("projector")
 DISPATCHER = _Service("dispatcher")
@@ -605,6 +645,7 @@ REBUILD = _Rebuild()
 __all__ = [
     "BOTS",
     "DISPATCHER",
+    "ENGINE",
     "PROJECTOR",
     "REBUILD",
     "SELFPLAY",
@@ -613,9 +654,7 @@ __all__ = [
     "SelfplayResult",
     "ServiceSet",
     "collect",
-    "connect",
     "create_games",
-    "parse_options",
     "selfplay",
     "wait_until_ended",
 ]

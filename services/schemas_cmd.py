@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from schemas.codec import schemas
+from services.options import UsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,9 +29,19 @@ def run(args: argparse.Namespace) -> int:
     if args.out is None:
         print(json.dumps(chosen, indent=2, sort_keys=True))
         return 0
-    args.out.mkdir(parents=True, exist_ok=True)
     for direction, schema in chosen.items():
         path = args.out / f"{direction}.schema.json"
-        path.write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
+        _write(path, json.dumps(schema, indent=2, sort_keys=True) + "\n")
         print(path)
     return 0
+
+
+def _write(path: Path, text: str) -> None:
+    """Write `text` to `path` under `--out`; a path that cannot be written is a UsageError."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as e:  # --out is a file, or not writable
+        raise UsageError(
+            f"cannot write {path}: {e.strerror or e}; --out wants a directory you can write to"
+        ) from None

@@ -107,3 +107,31 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip("../shared/conformance not present (outside the project)")
     return SHARED
+
+
+# --- A real Redis Cluster (tests/cluster.py), started only when a test asks for it ---------
+
+from tests.cluster import ClusterTarget, RedisClusterError, RedisClusterProcesses  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterProcesses]:
+    """A 3-master Redis Cluster that this session starts (once, on first use) and stops."""
+    try:
+        cluster = RedisClusterProcesses(masters=3)
+    except RedisClusterError as error:  # e.g. no redis-cli beside redis-server
+        pytest.skip(f"no Redis Cluster for the tests: {error}")
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def cluster_url(redis_cluster: RedisClusterProcesses) -> ClusterTarget:
+    """The session cluster's URL and a key prefix no other test uses (a cluster has only db 0).
+
+    Nothing is flushed: the cluster is this session's own and every test's prefix differs.
+    """
+    return ClusterTarget(url=redis_cluster.url, prefix=f"agon-c{next(_namespace_counter)}")

@@ -25,9 +25,9 @@ from schemas.codec import FIELD, FIELD_BYTES, decode_command, decode_turn, encod
 from schemas.commands import ClaimTimeout, CreateGame, PlayMove, SeatPlayer, SeatSpec
 from schemas.tokens import bot_token, server_secret
 from schemas.turns import TurnRequest
+from services.bus.keys import DISPATCHER_GROUP, WORKERS_GROUP, Keys
 from services.dispatcher import TIMEOUT_GRACE_MS, Dispatcher
 from services.engine_service import EngineService
-from services.keys import DISPATCHER_GROUP, WORKERS_GROUP, Keys
 from services.runtime import ServiceSet, create_games
 
 KEYS = Keys()
@@ -123,7 +123,7 @@ async def test_a_duplicated_turn_appends_one_move(redis: aioredis.Redis) -> None
     assert len(await commands(redis, "g1")) == 2
     await engine.drain()
     assert await redis.xlen(KEYS.log("g1")) == head + 1
-    assert engine.stats.duplicates == 1
+    assert engine.counts.duplicates == 1
 
 
 async def test_stale_turn_requests_are_dropped(redis: aioredis.Redis) -> None:

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from services.keys import DISPATCHER_GROUP, PROJECTOR_GROUP, WORKERS_GROUP, Keys
+from services.bus.connection import connect
+from services.bus.keys import DISPATCHER_GROUP, PROJECTOR_GROUP, WORKERS_GROUP, Keys
 from services.projector import Projector, verify
 from services.redis_embedded import EmbeddedRedis
-from services.runtime import ServiceSet, collect, connect, create_games, wait_until_ended
+from services.runtime import ServiceSet, collect, create_games, wait_until_ended
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = Keys()
@@ -113,7 +114,7 @@ async def test_redis_restarted_under_a_running_pipeline(
 ) -> None:
     """AOF on, Redis killed with -9 and restarted mid-run: the services reconnect and finish."""
     server = redis_server_factory(appendonly=True)
-    redis = connect(server.url)
+    redis = await connect(server.url)
     services = ServiceSet(redis, KEYS, ["random"], claim_idle_ms=500)
     try:
         await services.start()

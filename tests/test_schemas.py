@@ -253,6 +253,7 @@ def test_reject_codes_are_the_closed_set_of_the_issue() -> None:
         "illegal_move",
         "invalid_move",
         "not_your_turn",
+        "too_late",
         "stale_seq",
         "bad_token",
         "unknown_game",

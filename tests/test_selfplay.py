@@ -18,10 +18,10 @@ import pytest
 import redis as redis_sync
 import redis.asyncio as aioredis
 
-from services.keys import Keys
+from services.bus.keys import Keys
 from services.projector import verify
 from services.redis_embedded import EmbeddedRedis, RedisServerError, find_redis_server
-from services.runtime import parse_options, selfplay
+from services.runtime import selfplay
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = Keys()
@@ -124,15 +124,6 @@ def test_selfplay_refuses_unknown_games_options_and_bots(redis_url: str) -> None
         run = agon("selfplay", "--redis-url", redis_url, *args)
         assert run.returncode == 2
         assert message in run.stderr
-
-
-def test_parse_options() -> None:
-    assert parse_options(["board=square-8", "variant=passing"]) == {
-        "board": "square-8",
-        "variant": "passing",
-    }
-    with pytest.raises(ValueError, match="key=value"):
-        parse_options(["board"])
 
 
 # -- the embedded redis-server ----------------------------------------------------------------

@@ -15,8 +15,12 @@ from schemas.codec import decode_event, decode_reply, encode, event_hash
 from schemas.commands import PlayMove, SeatSpec
 from schemas.events import GameCreated, GameStarted, MovePlayed
 from schemas.replies import Accepted, Rejected
-from services.keys import ENGINE_GROUP, Keys, partition_of
-from services.store import Commit, EventStore, LogEntry, SeqConflict, chain_problems, connect
+from services.bus.clients import CommandClient, LogEntry, QueryClient
+from services.bus.connection import plain_client as connect
+from services.bus.keys import ENGINE_GROUP, Keys, partition_of
+from services.engine_service import Commit, EventStore, SeqConflict
+from services.projector.registry import all_patterns
+from services.projector.verify import chain_problems
 
 
 def events_for(game_id: str, start_seq: int, prev_hash: str, moves: list[str]) -> list[bytes]:
@@ -78,15 +82,15 @@ async def test_commit_appends_to_log_feed_and_registry(store: EventStore) -> Non
         Commit("g1", 0, "create", accepted("create", "g1", 4), events, time=123)
     )
     assert (done.head, done.duplicate) == (4, False)
-    assert await store.head("g1") == 4
-    raw = await store.read_raw("g1")
+    assert await QueryClient(store.redis, store.keys).head("g1") == 4
+    raw = await QueryClient(store.redis, store.keys).log("g1")
     assert [e.seq for e in raw] == [1, 2, 3, 4]
     assert [e.data for e in raw] == events
     ids = await store.redis.xrange(store.keys.log("g1"))
     assert [i for i, _ in ids] == [b"1-0", b"2-0", b"3-0", b"4-0"]
     feed = await store.redis.xrange(store.keys.feed(store.keys.partition("g1")))
     assert [f[b"m"] for _, f in feed] == events
-    assert await store.game_ids() == ["g1"]
+    assert await QueryClient(store.redis, store.keys).game_ids() == ["g1"]
     assert await store.redis.zscore(store.keys.games(store.keys.partition("g1")), "g1") == 123
     assert chain_problems("g1", raw) == []
 
@@ -94,11 +98,11 @@ async def test_commit_appends_to_log_feed_and_registry(store: EventStore) -> Non
 async def test_read_from_a_seq(store: EventStore) -> None:
     events = events_for("g1", 1, "", ["A1", "B2", "C3"])
     await store.commit(Commit("g1", 0, "c1", accepted("c1", "g1", 5), events))
-    tail = await store.read_events("g1", from_seq=4)
+    tail = await QueryClient(store.redis, store.keys).events("g1", from_seq=4)
     assert [e.seq for e in tail] == [4, 5]
     assert [e.move for e in tail if isinstance(e, MovePlayed)] == ["B2", "C3"]
-    assert await store.read_raw("nope") == []
-    assert await store.head("nope") == 0
+    assert await QueryClient(store.redis, store.keys).log("nope") == []
+    assert await QueryClient(store.redis, store.keys).head("nope") == 0
 
 
 async def test_same_command_twice_returns_first_reply_and_appends_nothing(
@@ -111,7 +115,7 @@ async def test_same_command_twice_returns_first_reply_and_appends_nothing(
     # Same id, a different head and different events: still only the first reply.
     again = await store.commit(Commit("g1", 2, "create", accepted("create", "g1", 3), more))
     assert again.duplicate and again.reply == first
-    assert await store.head("g1") == 2
+    assert await QueryClient(store.redis, store.keys).head("g1") == 2
     feed_len = await store.redis.xlen(store.keys.feed(store.keys.partition("g1")))
     assert feed_len == 2
 
@@ -123,7 +127,7 @@ async def test_seq_conflict_is_typed_and_changes_nothing(store: EventStore) -> N
     with pytest.raises(SeqConflict) as info:
         await store.commit(Commit("g1", 2, "c2", accepted("c2", "g1", 3), stale))
     assert (info.value.expected, info.value.actual) == (2, 3)
-    assert await store.head("g1") == 3
+    assert await QueryClient(store.redis, store.keys).head("g1") == 3
     # The conflicting command was not remembered: it can be retried on the new head.
     assert await store.remembered_reply("g1", "c2") is None
     fresh = events_for("g1", 4, event_hash(events[-1]), ["B2"])
@@ -161,7 +165,7 @@ async def test_rejections_are_remembered_only_when_asked(store: EventStore) -> N
     # An answer about a game that does not exist leaves no key behind.
     await store.commit(Commit("ghost", 0, "x", no, remember=False))
     assert await store.redis.exists(store.keys.replies_memory("ghost")) == 0
-    assert await store.game_ids() == ["g1"]
+    assert await QueryClient(store.redis, store.keys).game_ids() == ["g1"]
 
 
 async def test_commit_many_mixes_outcomes_and_survives_script_flush(store: EventStore) -> None:
@@ -184,7 +188,7 @@ async def test_commit_many_mixes_outcomes_and_survives_script_flush(store: Event
     assert isinstance(conflict, SeqConflict) and conflict.actual == 3
     # Commits in one pipeline run in order: b1 saw b0's events.
     assert not isinstance(chained, SeqConflict) and chained.head == 3
-    assert chain_problems("b", await store.read_raw("b")) == []
+    assert chain_problems("b", await QueryClient(store.redis, store.keys).log("b")) == []
 
 
 async def test_a_hiredis_packing_client_speaks_the_same_protocol(
@@ -198,7 +202,10 @@ async def test_a_hiredis_packing_client_speaks_the_same_protocol(
         store = EventStore(fast, Keys(prefix=namespace))
         events = events_for("h1", 1, "", ["A1", "B2"])
         done = await store.commit(Commit("h1", 0, "c0", accepted("c0", "h1", 4), events))
-        assert done.head == 4 and [e.data for e in await store.read_raw("h1")] == events
+        assert (
+            done.head == 4
+            and [e.data for e in await QueryClient(store.redis, store.keys).log("h1")] == events
+        )
         await fast.xgroup_create(store.keys.log("h1"), "g", id="0")
         groups = await fast.xinfo_groups(store.keys.log("h1"))  # "XINFO GROUPS": two words
         assert [g["name"] for g in groups] == [b"g"]
@@ -226,9 +233,9 @@ async def test_chain_problems_catch_an_edited_event(store: EventStore) -> None:
     assert "belongs to game g1" in chain_problems("other", entries[:1])[0]
 
 
-async def test_submit_routes_a_command_to_its_partition(store: EventStore) -> None:
+async def test_the_command_client_routes_a_command_to_its_partition(store: EventStore) -> None:
     cmd = PlayMove(command_id="c", game_id="g1", seat=1, token="t", move="A1", expected_seq=2)
-    await store.submit(cmd)
+    await CommandClient(store.redis, store.keys).send([cmd])
     entries = await store.redis.xrange(store.keys.commands_for("g1"))
     assert len(entries) == 1 and entries[0][1][b"m"] == encode(cmd)
 
@@ -260,11 +267,11 @@ def test_every_partition_key_carries_its_hash_tag() -> None:
     assert k.bot_turns("random") == "t:bot:{random}:turns"
 
 
-def test_the_read_model_pattern_matches_read_models_only() -> None:
-    # `agon rebuild` deletes what this pattern matches: it must never reach a log.
+def test_the_read_model_patterns_match_read_models_only() -> None:
+    # `agon rebuild` sweeps and `agon verify` compares what these match: never a log.
     k = Keys(prefix="t")
     p = k.partition("abc")
-    pattern = k.read_model_pattern(p)
+    patterns = all_patterns(k)
     models = [
         k.view("abc"),
         k.projector_seen(p),
@@ -283,5 +290,5 @@ def test_the_read_model_pattern_matches_read_models_only() -> None:
         k.dead_letter(p),
         k.clocks(p),
     ]
-    assert all(fnmatch.fnmatchcase(key, pattern) for key in models)
-    assert not any(fnmatch.fnmatchcase(key, pattern) for key in sources)
+    assert all(any(fnmatch.fnmatchcase(key, pat) for pat in patterns) for key in models)
+    assert not any(fnmatch.fnmatchcase(key, pat) for pat in patterns for key in sources)

@@ -20,7 +20,7 @@ from functools import cache
 from typing import Any
 
 from engine.boards import Board, Relation, load_board
-from engine.core import Game, InvalidMoveError, Move, Outcome, State
+from engine.core import EndRule, Game, InvalidMoveError, Move, Outcome, State, reason_text
 from engine.pattern import headings, parse_walk
 
 #: One chain: (its cells, its halo = the cells next to it that are not in it), as masks.
@@ -357,7 +357,7 @@ class ChainsGame(Game):
         state.mover = int(data["mover"])
         state.ply = int(data["ply"])
         state.passed = [False, *(bool(b) for b in data["passed"])]
-        state.reason = str(data["reason"])
+        state.reason = EndRule.from_text(data["reason"])
 
 
 class ChainsState(State):
@@ -397,7 +397,7 @@ class ChainsState(State):
             "board": self.board_string(),
             "mover": self.mover,
             "passed": self.passed[1:],
-            "reason": self.reason,
+            "reason": reason_text(self.reason),
         }
 
     def copy_board_into(self, other: ChainsState) -> None:
@@ -478,7 +478,10 @@ class ChainsState(State):
         """Per site the value Ludii shows on the piece there, None on an empty site."""
 
     def display(self) -> ChainsDisplay:
-        """Every chain with its warehouses, suppliers around and surplus; deficit warehouses."""
+        """Every chain with its warehouses, suppliers around and surplus; deficit warehouses.
+
+        The contract's `State.display`: both chains games show this, the others nothing.
+        """
         game = self.game
         sites = game.grid.sites
         chains = []
@@ -534,7 +537,7 @@ class ChainsState(State):
         if not self.reason:
             return None
         s1, s2 = self.scores()
-        winner = 0 if self.reason == "move-limit" else 1 if s1 > s2 else 2 if s2 > s1 else 0
+        winner = 0 if self.reason is EndRule.MOVE_LIMIT else 1 if s1 > s2 else 2 if s2 > s1 else 0
         return Outcome(winner, (s1, s2), self.reason)
 
     @abstractmethod

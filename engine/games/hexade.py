@@ -20,11 +20,13 @@ from typing import Any, NamedTuple
 from engine.boards import Board, Relation, load_board
 from engine.core import (
     MAX_PLIES,
+    EndRule,
     Game,
     InvalidMoveError,
     Move,
     Outcome,
     State,
+    reason_text,
     register,
 )
 from engine.pattern import compile_lines, compile_pattern, line_masks, pattern_masks
@@ -131,7 +133,7 @@ class Hexade(Game):
         self.lines = tables.lines
 
     def new_initial_state(self) -> HexadeState:
-        return HexadeState(self, [0] * self.n, 1, 0, False, 0, "")
+        return HexadeState(self, [0] * self.n, 1, 0, False, 0, None)
 
     def move_of(self, action: int) -> Move:
         if 0 <= action < self.n:
@@ -160,7 +162,7 @@ class Hexade(Game):
             int(data["ply"]),
             bool(data["swapped"]),
             int(data["winner"]),
-            str(data["reason"]),
+            EndRule.from_text(data["reason"]),
         )
 
 
@@ -177,7 +179,7 @@ class HexadeState(State):
         ply: int,
         swapped: bool,
         winner: int,
-        reason: str,
+        reason: EndRule | None,
     ) -> None:
         self.game = game
         self.cells = cells  # per site: 0 empty, else the stone's colour
@@ -185,7 +187,7 @@ class HexadeState(State):
         self.ply = ply
         self.swapped = swapped
         self.winner = winner
-        self.reason = reason  # "" while the game goes on
+        self.reason = reason  # None while the game goes on
         self.bits = [0, 0, 0]  # per colour, its stones as a bitmask over sites
         for s, c in enumerate(cells):
             if c:
@@ -217,7 +219,7 @@ class HexadeState(State):
             self.mover = 3 - p
         self.ply += 1
         if self.ply >= MAX_PLIES and not self.reason:
-            self.reason = "move-limit"
+            self.reason = EndRule.MOVE_LIMIT
 
     def _place(self, s: int, p: int) -> None:
         g = self.game
@@ -252,13 +254,13 @@ class HexadeState(State):
                     self.reason = self._shape_of(s, m)
                     break
 
-    def _shape_of(self, s: int, mask: int) -> str:
+    def _shape_of(self, s: int, mask: int) -> EndRule:
         """The rule a winning mask belongs to, named as in RULES.md §5."""
         if mask in self.game.rings[s]:
-            return "ring"
+            return EndRule.RING
         if mask in self.game.lines[s]:
-            return "line"
-        return "triangle"
+            return EndRule.LINE
+        return EndRule.TRIANGLE
 
     def clone(self) -> HexadeState:
         twin = object.__new__(HexadeState)
@@ -287,5 +289,5 @@ class HexadeState(State):
             "swapped": self.swapped,
             "board": self.board_string(),
             "winner": self.winner,
-            "reason": self.reason,
+            "reason": reason_text(self.reason),
         }

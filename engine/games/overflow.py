@@ -20,11 +20,13 @@ from engine.boards import load_board
 from engine.core import (
     MAX_PLIES,
     SOW_DIRECTIONS,
+    EndRule,
     Game,
     InvalidMoveError,
     Move,
     Outcome,
     State,
+    reason_text,
     register,
 )
 
@@ -99,7 +101,7 @@ class Overflow(Game):
 
     def new_initial_state(self) -> OverflowState:
         sites = self.board.num_sites
-        return OverflowState(self, [1] * sites, self.full, 1, 0, 0, "")
+        return OverflowState(self, [1] * sites, self.full, 1, 0, 0, None)
 
     def move_of(self, action: int) -> Move:
         if action == self.pass_action:
@@ -129,7 +131,7 @@ class Overflow(Game):
             int(data["mover"]),
             int(data["ply"]),
             int(data["winner"]),
-            str(data["reason"]),
+            EndRule.from_text(data["reason"]),
         )
 
 
@@ -146,7 +148,7 @@ class OverflowState(State):
         mover: int,
         ply: int,
         winner: int,
-        reason: str,
+        reason: EndRule | None,
     ) -> None:
         self.game = game
         self.heights = heights
@@ -154,7 +156,7 @@ class OverflowState(State):
         self.mover = mover
         self.ply = ply
         self.winner = winner
-        self.reason = reason  # "" while the game goes on
+        self.reason = reason  # None while the game goes on
 
     # -- the group rule ----------------------------------------------------------------
     def _one_group(self, occ: int) -> bool:
@@ -234,10 +236,10 @@ class OverflowState(State):
             p2 = (occ & g.house[2]).bit_count()
             if not (p1 and p2):
                 self.winner = 1 if p1 else 2
-                self.reason = "house-emptied"
+                self.reason = EndRule.HOUSE_EMPTIED
         self.ply += 1
         if not self.reason and self.ply >= MAX_PLIES:
-            self.reason = "move-limit"
+            self.reason = EndRule.MOVE_LIMIT
         self.mover = 3 - self.mover
 
     def _sow(self, frm: int, d: int) -> None:
@@ -285,5 +287,5 @@ class OverflowState(State):
             "mover": self.mover,
             "heights": list(self.heights),
             "winner": self.winner,
-            "reason": self.reason,
+            "reason": reason_text(self.reason),
         }

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine.boards import Relation, load_board
-from engine.core import MAX_PLIES, register
+from engine.core import MAX_PLIES, EndRule, register
 from engine.games.chains import ChainsGame, ChainsState, pattern_sites
 
 #: the warehouse walks of SupplierSabotage.lud per board kind ("HexPattern", "SquarePattern1")
@@ -91,7 +91,7 @@ class SupplierSabotageState(ChainsState):
         #: per colour, Ludii's player value: the site of its latest self-removal, or -1
         self.banned = [-1, -1, -1]
         self.passed = [False, False, False]
-        self.reason = ""
+        self.reason = None
 
     def clone(self) -> SupplierSabotageState:
         other = SupplierSabotageState.__new__(SupplierSabotageState)
@@ -163,9 +163,9 @@ class SupplierSabotageState(ChainsState):
         else:
             self.mover = 3 - mover
             if self.passed[1] and self.passed[2]:
-                self.reason = "all-passed"
+                self.reason = EndRule.ALL_PASSED
         if self.ply >= MAX_PLIES and not self.reason:
-            self.reason = "move-limit"
+            self.reason = EndRule.MOVE_LIMIT
 
     # -- derived views and results ----------------------------------------------------------
     def surplus_values(self) -> list[int | None]:
@@ -180,7 +180,7 @@ class SupplierSabotageState(ChainsState):
     def scores(self) -> tuple[int, int]:
         """Warehouses; at a natural end with equal warehouses, pieces on the board instead."""
         w1, w2 = self.warehouse_counts()
-        if w1 == w2 and self.reason and self.reason != "move-limit":
+        if w1 == w2 and self.reason and self.reason is not EndRule.MOVE_LIMIT:
             return self.pieces[1].bit_count(), self.pieces[2].bit_count()
         return w1, w2
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine.boards import Relation, load_board
-from engine.core import MAX_PLIES, register
+from engine.core import MAX_PLIES, EndRule, register
 from engine.games.chains import ChainsGame, ChainsState, count_at_least, dilate
 
 #: Agon variant -> (removals by the opponent (Capture), passing allowed, double turns)
@@ -91,7 +91,7 @@ class SupplyChainsState(ChainsState):
         self.turn_var = -1
         #: per colour: was its last turn a single voluntary pass (Passing variant's end)
         self.passed = [False, False, False]
-        self.reason = ""
+        self.reason = None
         self.value_planes = [0] * game.planes
 
     def clone(self) -> SupplyChainsState:
@@ -224,11 +224,11 @@ class SupplyChainsState(ChainsState):
         self.ply += 1
         if action == game.pass_action:
             if not game.passing:
-                self.reason = "no-moves"  # a forced pass: `no Moves Mover` ends the game
+                self.reason = EndRule.NO_MOVES  # a forced pass: `no Moves Mover` ends the game
                 return
             self.passed[mover] = True
             if self.passed[3 - mover]:
-                self.reason = "all-passed"
+                self.reason = EndRule.ALL_PASSED
                 return
             # The board did not change, so the display and scores stay as they are.
         else:
@@ -242,7 +242,7 @@ class SupplyChainsState(ChainsState):
             self.update_display()
         self.next_mover(mover)
         if self.ply >= MAX_PLIES and not self.reason:
-            self.reason = "move-limit"
+            self.reason = EndRule.MOVE_LIMIT
 
     def next_mover(self, mover: int) -> None:
         """The `then` block's turn logic: removals go on, else the move protocol runs."""

@@ -18,11 +18,13 @@ from typing import Any, NamedTuple
 from engine.boards import load_board
 from engine.core import (
     MAX_PLIES,
+    EndRule,
     Game,
     InvalidMoveError,
     Move,
     Outcome,
     State,
+    reason_text,
     register,
 )
 from engine.pattern import compile_lines, compile_pattern, line_masks, pattern_masks
@@ -106,7 +108,7 @@ class Teeko(Game):
         self.square_masks = tables.square_masks
 
     def new_initial_state(self) -> TeekoState:
-        return TeekoState(self, [0, 0, 0], 1, 0, 0, "", list(range(self.n)))
+        return TeekoState(self, [0, 0, 0], 1, 0, 0, None, list(range(self.n)))
 
     def move_of(self, action: int) -> Move:
         n = self.n
@@ -143,7 +145,7 @@ class Teeko(Game):
             int(data["mover"]),
             int(data["ply"]),
             int(data["winner"]),
-            str(data["reason"]),
+            EndRule.from_text(data["reason"]),
         )
 
 
@@ -163,7 +165,7 @@ class TeekoState(State):
         mover: int,
         ply: int,
         winner: int,
-        reason: str,
+        reason: EndRule | None,
         empty: list[int] | None = None,
     ) -> None:
         self.game = game
@@ -171,7 +173,7 @@ class TeekoState(State):
         self.mover = mover
         self.ply = ply
         self.winner = winner
-        self.reason = reason  # "" while the game goes on
+        self.reason = reason  # None while the game goes on
         if empty is None:
             occupied = bits[1] | bits[2]
             empty = [s for s in range(game.n) if not occupied >> s & 1]
@@ -221,13 +223,13 @@ class TeekoState(State):
         ply = self.ply + 1
         self.ply = ply
         if ply >= MAX_PLIES and not self.reason:
-            self.reason = "move-limit"
+            self.reason = EndRule.MOVE_LIMIT
         self.mover = 3 - p
 
     def _win(self, colour: int, action: int, mask: int) -> None:
         to = action if action < SITES else (action - SITES) % SITES
         self.winner = colour
-        self.reason = "square" if mask in self.game.square_masks[to] else "line"
+        self.reason = EndRule.SQUARE if mask in self.game.square_masks[to] else EndRule.LINE
 
     def clone(self) -> TeekoState:
         return TeekoState(
@@ -259,5 +261,5 @@ class TeekoState(State):
             "mover": self.mover,
             "board": self.board_string(),
             "winner": self.winner,
-            "reason": self.reason,
+            "reason": reason_text(self.reason),
         }

@@ -125,7 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "which",
         choices=["playouts", "pipeline"],
-        help="the engine's random playouts, or the Redis pipeline (services.bench_pipeline)",
+        help="the engine's random playouts, or the Redis pipeline (bench.pipeline)",
     )
     parser.add_argument("--seconds", type=float, default=5.0, help="time per row")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per row; the median counts")
@@ -137,7 +137,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.which == "pipeline":
-        from services.bench_pipeline import print_pipeline_table, run_pipeline_bench
+        from bench.pipeline import print_pipeline_table, run_pipeline_bench
 
         results = run_pipeline_bench(args.seconds, args.redis_url, args.rate)
         print_pipeline_table(results)

@@ -23,6 +23,10 @@ Layout, for prefix "agon" and partition p:
     agon:bot:{<bot>}:turns              a bot's inbox; group `workers`
     agon:readers:dead                   feed and inbox entries set aside by their readers
     agon:replies:<name>                 a reply stream (e.g. one per gateway or CLI process)
+    agon:processes                      hash consumer name -> heartbeat (JSON: role, time, stats)
+
+On a Redis Cluster every `{p}` key of a partition lives in one hash slot; keys without a
+tag (reply streams, the heartbeat hash, the readers' dead letters) are each used alone.
 """
 
 from __future__ import annotations
@@ -91,6 +95,10 @@ class Keys:
     def dead_letter(self, p: int) -> str:
         return f"{self._p(p)}:dead"
 
+    def processes(self) -> str:
+        """Every consumer's heartbeat: how dead consumers are noticed, and what `status` shows."""
+        return f"{self.prefix}:processes"
+
     def reader_dead_letter(self) -> str:
         """Entries the projector, dispatcher or a bot worker could not handle on their own."""
         return f"{self.prefix}:readers:dead"
@@ -133,9 +141,18 @@ class Keys:
     def bot_results(self, p: int, bot: str) -> str:
         return f"{self._p(p)}:botresults:{bot}"
 
-    def read_model_pattern(self, p: int) -> str:
-        """SCAN pattern of partition p's read models, for `agon rebuild` to clear them.
+    def any_partition(self, rest: str) -> str:
+        """A SCAN pattern for `rest` (itself a pattern) in every partition."""
+        return f"{self.prefix}:{{*}}:{rest}"
 
-        Read-model key words start with v, p, i or b and no other key word does (tested).
-        """
-        return f"{self._p(p)}:[vpib]*"
+    def view_pattern(self) -> str:
+        return self.any_partition("view:*")
+
+    def index_pattern(self) -> str:
+        return self.any_partition("index:*")
+
+    def bot_results_pattern(self) -> str:
+        return self.any_partition("botresults:*")
+
+    def projector_seen_pattern(self) -> str:
+        return self.any_partition("proj:seen")

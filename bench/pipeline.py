@@ -40,11 +40,13 @@ from engine import load_game
 from schemas.codec import FIELD, encode, unpack
 from schemas.commands import CreateGame, PlayMove, SeatSpec
 from schemas.tokens import bot_token, server_secret
-from services.engine_service import EngineService, EngineStats, settle_heap
-from services.keys import Keys
+from services.bus.clients import CommandClient
+from services.bus.connection import connect
+from services.bus.keys import Keys
+from services.engine_service import EngineService, settle_heap
+from services.engine_service.service import EngineStats
 from services.projector import rebuild
 from services.redis_embedded import redis_url_or_embedded
-from services.store import connect
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_MOVES_PER_SEC = 10_000
@@ -169,11 +171,9 @@ def redis_benchmark_xadd(url: str, requests: int = 200_000) -> float | None:
 
 
 async def send(redis: Redis, items: Sequence[tuple[str, bytes]], chunk: int = 2000) -> None:
+    client = CommandClient(redis, Keys())
     for i in range(0, len(items), chunk):
-        pipe = redis.pipeline(transaction=False)
-        for stream, data in items[i : i + chunk]:
-            pipe.xadd(stream, {FIELD: data})
-        await pipe.execute()
+        await client.send_encoded(items[i : i + chunk])
 
 
 async def heads(redis: Redis, keys: Keys, ids: Sequence[str]) -> dict[str, int]:
@@ -187,7 +187,7 @@ def engine_process(url: str, prefix: str, mode: str) -> subprocess.Popen[str]:
     """An engine service in its own process: `drain2` drains, says so, waits for a line on
     stdin, then drains again timed (printing its stats); `run` serves until SIGTERM."""
     return subprocess.Popen(
-        [sys.executable, "-m", "services.bench_pipeline", f"_{mode}", url, prefix],
+        [sys.executable, "-m", "bench.pipeline", f"_{mode}", url, prefix],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -257,6 +257,7 @@ async def latency(
     for p, last in zip(keys.all_partitions(), await pipe.execute(), strict=True):
         feeds[keys.feed(p)] = last[0][0] if last else "0-0"
     listener_redis = Redis.from_url(url)
+    client = CommandClient(redis, keys)
     try:
 
         async def listen() -> None:
@@ -281,7 +282,7 @@ async def latency(
             if delay > 0:
                 await asyncio.sleep(delay)
             sent[(gid, seq)] = time.perf_counter()
-            await redis.xadd(stream, {FIELD: data})
+            await client.send_encoded([(stream, data)])
         await listener
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -414,7 +415,7 @@ def print_pipeline_table(results: Sequence[dict[str, Any]]) -> None:
 
 # -- the engine process the benchmark starts -------------------------------------------------
 async def _engine(url: str, prefix: str, mode: str) -> None:
-    redis = connect(url)
+    redis = await connect(url)
     engine = EngineService(redis, Keys(prefix=prefix), batch=512, block_ms=100)
     await engine.setup()
     settle_heap()  # as `agon engine` does
@@ -422,11 +423,11 @@ async def _engine(url: str, prefix: str, mode: str) -> None:
         await engine.drain()
         print("created", flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
-        engine.stats = EngineStats()
+        engine.counts = EngineStats()
         started = time.perf_counter()
         await engine.drain()
         seconds = time.perf_counter() - started
-        s = engine.stats
+        s = engine.counts
         print(json.dumps({"moves": s.moves, "rejected": s.rejected, "seconds": seconds}))
     else:
         stop = asyncio.Event()
@@ -437,9 +438,9 @@ async def _engine(url: str, prefix: str, mode: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The engine process the benchmark spawns: `python -m services.bench_pipeline _run URL PREFIX`.
+    """The engine process the benchmark spawns: `python -m bench.pipeline _run URL PREFIX`.
 
-    People run the benchmark as `agon bench pipeline` (services/benchmarks.py).
+    People run the benchmark as `agon bench pipeline` (bench/benchmarks.py).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 3 or args[0] not in ("_drain2", "_run"):

@@ -10,7 +10,8 @@ each command:
    validated against, return the actual head -> `SeqConflict`;
 3. XADD each event to the log with entry id "<seq>-0" (so ids encode seqs, and Redis
    itself refuses a duplicate seq) and to the partition feed;
-4. remember the reply under the command id, and register a new game in `games`.
+4. remember the reply under the command id for the idempotency window (a TTL on the
+   game's reply memory, default 24 h), and register a new game in `games`.
 
 Rejections go through the same script with no events: the head check makes sure a
 rejection was decided on the current log, and remembering it keeps retries stable.
@@ -20,10 +21,6 @@ A call's commits travel as one msgpack argument (unpacked by the script with Red
 built-in `cmsgpack`) rather than ten arguments each: packing the protocol of many small
 arguments was the engine's largest single cost.
 
-`connect` makes a client whose commands are packed by hiredis (C) instead of
-redis-py's Python packer, the next largest cost of a busy engine; the engine service
-and the benchmarks use it.
-
 Reads return raw bytes next to decoded events: the hash chain is over the stored
 bytes (`prev_hash` of event n = sha256 of event n-1's bytes); `chain_problems`
 checks a log's chain, seqs and game id.
@@ -31,21 +28,15 @@ checks a log's chain, seqs and game id.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import hiredis
 import msgpack
-from redis.asyncio import Redis
-from redis.asyncio.connection import AbstractConnection
-from redis.exceptions import NoScriptError
 
-from schemas.codec import FIELD, FIELD_BYTES, DecodeError, decode_event, encode, event_hash
-from schemas.commands import Command
-from schemas.events import Event
-from services.keys import ENGINE_GROUP, Keys
+from services.bus.connection import Client
+from services.bus.keys import ENGINE_GROUP, Keys
+from services.bus.scripts import Script
 
 #: Game ids whose key names `EventStore` keeps; the cache is emptied when it is full.
 KEY_CACHE_SIZE = 100_000
@@ -56,18 +47,19 @@ COMMITS_PER_CALL = 64
 # One call commits several commands of one partition, in order, each on its own terms.
 # KEYS: feed, games registry, the partition's command stream, then per commit: log,
 #       replies memory.
-# ARGV[1]: msgpack [feed maxlen (0 = unbounded), consumer group, commit, commit...]
+# ARGV[1]: msgpack [feed maxlen (0 = unbounded), consumer group, reply memory ttl (ms),
+#          commit, commit...]
 #          where each commit is [head, command id, reply, remember (0|1), time (decimal
 #          text), game id, [event bytes...], command entry id to acknowledge or ""].
 # Returns per commit two values: 0 + remembered reply (duplicate), 1 + actual head
 # (conflict) or 2 + new head (committed).
 _COMMIT_LUA = """
 local call = cmsgpack.unpack(ARGV[1])
-local maxlen, group = tonumber(call[1]), call[2]
+local maxlen, group, ttl = tonumber(call[1]), call[2], tonumber(call[3])
 local out = {}
 for c = 1, (#KEYS - 3) / 2 do
   local log, replies = KEYS[2 + 2 * c], KEYS[3 + 2 * c]
-  local commit = call[c + 2]
+  local commit = call[c + 3]
   local expected, cid, reply = tonumber(commit[1]), commit[2], commit[3]
   local remember, time, gid, events = commit[4], commit[5], commit[6], commit[7]
   local ack = commit[8]
@@ -92,7 +84,10 @@ for c = 1, (#KEYS - 3) / 2 do
           redis.call('XADD', KEYS[1], '*', 'm', data)
         end
       end
-      if remember == 1 then redis.call('HSET', replies, cid, reply) end
+      if remember == 1 then
+        redis.call('HSET', replies, cid, reply)
+        redis.call('PEXPIRE', replies, ttl)
+      end
       if head == 0 and n > 0 then redis.call('ZADD', KEYS[2], time, gid) end
       if ack ~= '' then redis.call('XACK', KEYS[3], group, ack) end
       out[#out + 1] = 2
@@ -102,47 +97,7 @@ for c = 1, (#KEYS - 3) / 2 do
 end
 return out
 """
-_COMMIT_SHA = hashlib.sha1(_COMMIT_LUA.encode()).hexdigest()
-
-
-class _HiredisPacking:
-    """Mixin for a redis-py asyncio connection: pack commands with `hiredis.pack_command`.
-
-    What the synchronous redis-py client does when hiredis is installed; arguments
-    hiredis refuses (e.g. a bool) go to redis-py's own packer, which raises its usual
-    DataError.
-    """
-
-    def pack_command(self, *args: Any) -> list[bytes]:
-        if isinstance(args[0], str):
-            # Multi-word command names ("XINFO GROUPS") are separate protocol words.
-            args = (*args[0].encode().split(), *args[1:])
-        try:
-            return [hiredis.pack_command(args)]
-        except TypeError:
-            packed: list[bytes] = super().pack_command(*args)  # type: ignore[misc]
-            return packed
-
-
-_PACKING_CLASSES: dict[type[AbstractConnection], type[AbstractConnection]] = {}
-
-
-def connect(url: str, **kwargs: Any) -> Redis:
-    """A `Redis` client for `url` (any scheme) that packs commands in C via hiredis.
-
-    Only for clients with redis-py's default encoding (utf-8), as hiredis packs str so.
-    """
-    redis = Redis.from_url(url, **kwargs)
-    pool = redis.connection_pool
-    if pool.connection_kwargs.get("encoding", "utf-8") != "utf-8":
-        return redis
-    base = pool.connection_class
-    fast = _PACKING_CLASSES.get(base)
-    if fast is None:
-        fast = type(f"Hiredis{base.__name__}", (_HiredisPacking, base), {})
-        _PACKING_CLASSES[base] = fast
-    pool.connection_class = fast
-    return redis
+_COMMIT = Script(_COMMIT_LUA)
 
 
 class SeqConflict(Exception):
@@ -186,19 +141,20 @@ class Committed:
     duplicate: bool
 
 
-@dataclass(frozen=True, slots=True)
-class LogEntry:
-    seq: int
-    data: bytes
-
-
 class EventStore:
     """Game logs, feeds and command replies in one Redis deployment (`Keys`)."""
 
-    def __init__(self, redis: Redis, keys: Keys | None = None, feed_maxlen: int = 0) -> None:
+    def __init__(
+        self,
+        redis: Client,
+        keys: Keys | None = None,
+        feed_maxlen: int = 0,
+        reply_ttl_ms: int = 24 * 3_600_000,
+    ) -> None:
         self.redis = redis
         self.keys = keys or Keys()
         self.feed_maxlen = feed_maxlen
+        self.reply_ttl_ms = reply_ttl_ms
         self._key_cache: dict[str, tuple[int, str, str]] = {}
 
     # -- writing -------------------------------------------------------------------------
@@ -219,7 +175,7 @@ class EventStore:
     def _call_args(self, p: int, commits: Sequence[Commit]) -> list[Any]:
         k = self.keys
         keys: list[Any] = [k.feed(p), k.games(p), k.commands(p)]
-        body: list[Any] = [self.feed_maxlen, ENGINE_GROUP]
+        body: list[Any] = [self.feed_maxlen, ENGINE_GROUP, self.reply_ttl_ms]
         for c in commits:
             _, log, replies = self._game_keys(c.game_id)
             keys += (log, replies)
@@ -237,6 +193,14 @@ class EventStore:
             )
         # Redis's cmsgpack knows no msgpack bin type: bytes travel as raw strings.
         return [len(keys), *keys, msgpack.packb(body, use_bin_type=False)]
+
+    def _script_call(
+        self, call: Sequence[int], commits: Sequence[Commit]
+    ) -> tuple[list[Any], list[Any]]:
+        p = self._game_keys(commits[call[0]].game_id)[0]
+        args = self._call_args(p, [commits[i] for i in call])
+        n = args[0]
+        return args[1 : n + 1], args[n + 1 :]
 
     @staticmethod
     def _outcome(c: Commit, status: Any, value: Any) -> Committed | SeqConflict:
@@ -269,19 +233,11 @@ class EventStore:
                 group.clear()
             group.append(i)
         calls += by_partition.values()
-        for attempt in range(2):
-            pipe = self.redis.pipeline(transaction=False)
-            for call in calls:
-                p = self._game_keys(commits[call[0]].game_id)[0]
-                pipe.evalsha(_COMMIT_SHA, *self._call_args(p, [commits[i] for i in call]))
-            raws = await pipe.execute(raise_on_error=False)
-            if attempt == 0 and any(isinstance(r, NoScriptError) for r in raws):
-                # The server lost its script cache (restart, SCRIPT FLUSH). A NOSCRIPT
-                # reply means that call did not run, so running the batch again after
-                # loading is safe: the calls that did run answer as duplicates.
-                await self.redis.script_load(_COMMIT_LUA)
-                continue
-            break
+        raws = await _COMMIT.run_many(
+            self.redis,
+            [self._script_call(call, commits) for call in calls],
+            raise_on_error=False,
+        )
         out: list[Committed | SeqConflict | None] = [None] * len(commits)
         for call, raw in zip(calls, raws, strict=True):
             if isinstance(raw, Exception):
@@ -290,75 +246,7 @@ class EventStore:
                 out[i] = self._outcome(commits[i], raw[2 * j], raw[2 * j + 1])
         return [r for r in out if r is not None]
 
-    async def submit(self, command: Command) -> bytes:
-        """Send a command to its game's partition command stream; returns the entry id."""
-        entry_id: Any = await self.redis.xadd(
-            self.keys.commands_for(command.game_id), {FIELD: encode(command)}
-        )
-        return bytes(entry_id)
-
-    # -- reading -------------------------------------------------------------------------
-    async def head(self, game_id: str) -> int:
-        """The seq of the last event of a game, 0 if it has no log."""
-        n: int = await self.redis.xlen(self.keys.log(game_id))
-        return n
-
-    async def read_raw(self, game_id: str, from_seq: int = 1) -> list[LogEntry]:
-        """The stored events of a game from `from_seq` on, as bytes with their seqs."""
-        entries: Any = await self.redis.xrange(self.keys.log(game_id), f"{max(from_seq, 1)}-0", "+")
-        return [LogEntry(_seq_of(entry_id), fields[FIELD_BYTES]) for entry_id, fields in entries]
-
-    async def read_events(self, game_id: str, from_seq: int = 1) -> list[Event]:
-        """The decoded events of a game from `from_seq` on."""
-        return [decode_event(e.data) for e in await self.read_raw(game_id, from_seq)]
-
-    async def game_ids(self, p: int | None = None) -> list[str]:
-        """Game ids in creation order, of one partition or of all of them."""
-        parts = [p] if p is not None else list(self.keys.all_partitions())
-        pipe = self.redis.pipeline(transaction=False)
-        for q in parts:
-            pipe.zrange(self.keys.games(q), 0, -1)
-        out: list[str] = []
-        for ids in await pipe.execute():
-            out.extend(i.decode() if isinstance(i, bytes) else i for i in ids)
-        return out
-
     async def remembered_reply(self, game_id: str, command_id: str) -> bytes | None:
+        """The reply remembered for a command id (within the idempotency window)."""
         reply: Any = await self.redis.hget(self.keys.replies_memory(game_id), command_id)
         return None if reply is None else bytes(reply)
-
-
-def _seq_of(entry_id: bytes | str) -> int:
-    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    return int(text.split("-", 1)[0])
-
-
-def chain_problems(game_id: str, entries: Sequence[LogEntry]) -> list[str]:
-    """Everything wrong with a log as a hash chain: decoding, ids, seqs, links.
-
-    An empty list means: every entry decodes, entry n has seq n and the entry id
-    "<n>-0", belongs to `game_id`, and its prev_hash is the sha256 of entry n-1's bytes.
-    """
-    problems: list[str] = []
-    prev = ""
-    for n, entry in enumerate(entries, start=1):
-        where = f"game {game_id} entry {n}"
-        if entry.seq != n:
-            problems.append(f"{where}: entry id has seq {entry.seq}, expected {n}")
-        try:
-            event = decode_event(entry.data)
-        except DecodeError as exc:
-            problems.append(f"{where}: undecodable event ({exc.message})")
-            prev = event_hash(entry.data)
-            continue
-        if event.seq != n:
-            problems.append(f"{where}: event seq {event.seq}, expected {n}")
-        if event.game_id != game_id:
-            problems.append(f"{where}: event belongs to game {event.game_id}")
-        if event.prev_hash != prev:
-            problems.append(
-                f"{where}: prev_hash {event.prev_hash or '(empty)'} does not match"
-                f" sha256 of entry {n - 1} ({prev or '(empty)'})"
-            )
-        prev = event_hash(entry.data)
-    return problems

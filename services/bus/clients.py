@@ -1,0 +1,383 @@
+"""The clients every process uses to talk to the pipeline: commands out, replies and views in.
+
+`CommandClient` sends commands to their game's partition command stream and awaits the
+engine's replies on a reply stream of its own (`Keys.reply_stream`, one per client), read
+by one background task. A reply that does not come in time is asked for again with the
+same `command_id`: the engine answers a repeated id with its first reply and appends
+nothing, so a retry is always safe. `send` is fire-and-forget for senders that read the
+log rather than replies (bot workers).
+
+`QueryClient` reads what the projector keeps and what the engine logged: a game's view,
+the game list with filters and pagination across every partition, a bot's results, the
+bot-health of a bot, and a game's log from a seq. Nothing else in Agon XADDs a command
+or spells a read-model key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from schemas.codec import FIELD, FIELD_BYTES, DecodeError, decode_event, decode_reply, encode
+from schemas.commands import Command
+from schemas.events import Event
+from schemas.replies import Reply
+from services.bus.connection import TRANSIENT_ERRORS, Client
+from services.bus.consumer import as_text, now_ms
+from services.bus.keys import WORKERS_GROUP, Keys
+
+log = logging.getLogger("agon.bus")
+
+#: Reply streams are capped (a client reads its replies at once) and expire when unused.
+REPLY_MAXLEN = 10_000
+REPLY_TTL_MS = 3_600_000
+#: Game statuses of the index.
+STATUSES = ("waiting", "playing", "ended")
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One stored event: its seq and its bytes (the hash chain is over these bytes)."""
+
+    seq: int
+    data: bytes
+
+
+def log_entries(rows: Any) -> list[LogEntry]:
+    """An XRANGE answer of a log as entries."""
+    return [
+        LogEntry(int(as_text(eid).partition("-")[0]), fields[FIELD_BYTES]) for eid, fields in rows
+    ]
+
+
+class CommandClient:
+    """Sends commands and awaits their replies. Use as `async with CommandClient(...)`."""
+
+    def __init__(
+        self, redis: Client, keys: Keys, *, name: str = "", timeout_s: float = 10.0
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.reply_to = keys.reply_stream(name or f"client-{uuid.uuid4().hex[:12]}")
+        self.timeout_s = timeout_s
+        self._waiting: dict[str, asyncio.Future[Reply]] = {}
+        self._reader: asyncio.Task[None] | None = None
+        self._last = "0-0"
+
+    async def __aenter__(self) -> CommandClient:
+        self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def start(self) -> None:
+        if self._reader is None:
+            self._reader = asyncio.create_task(self._read_replies())
+
+    async def close(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+            await asyncio.wait([reader], timeout=2.0)
+        with contextlib.suppress(Exception):
+            await self.redis.delete(self.reply_to)
+        for future in self._waiting.values():
+            future.cancel()
+        self._waiting.clear()
+
+    # -- sending ---------------------------------------------------------------------------
+    def _queue(self, pipe: Any, command: Command) -> None:
+        pipe.xadd(self.keys.commands_for(command.game_id), {FIELD: encode(command)})
+
+    async def send(self, commands: Sequence[Command]) -> None:
+        """Send without waiting for replies (the sender reads the log instead)."""
+        if not commands:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for command in commands:
+            self._queue(pipe, command)
+        await pipe.execute()
+
+    async def send_encoded(self, items: Sequence[tuple[str, bytes]]) -> None:
+        """Send commands encoded beforehand, each with its command stream
+        (`Keys.commands_for`): for load generators, which encode outside the timed part."""
+        pipe = self.redis.pipeline(transaction=False)
+        for stream, data in items:
+            pipe.xadd(stream, {FIELD: data})
+        await pipe.execute()
+
+    async def submit(self, command: Command, *, timeout_s: float | None = None) -> Reply:
+        """Send one command and return the engine's reply."""
+        (reply,) = await self.submit_many([command], timeout_s=timeout_s)
+        return reply
+
+    async def submit_many(
+        self, commands: Sequence[Command], *, timeout_s: float | None = None, retries: int = 2
+    ) -> list[Reply]:
+        """Send commands (each with `reply_to` this client's stream) and await every reply.
+
+        A command whose reply is late is sent again with the same id, `retries` times, then
+        `TimeoutError` names the ones that got no answer.
+        """
+        self.start()
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        addressed = [self._addressed(c) for c in commands]
+        futures = {c.command_id: self._future(c.command_id) for c in addressed}
+        todo = list(addressed)
+        for attempt in range(retries + 1):
+            try:
+                await self.send(todo)
+            except TRANSIENT_ERRORS:
+                if attempt == retries:
+                    raise
+            pending = [futures[c.command_id] for c in todo]
+            await asyncio.wait(pending, timeout=timeout)
+            todo = [c for c in todo if not futures[c.command_id].done()]
+            if not todo:
+                break
+            log.info("no reply yet for %d commands; sending them again", len(todo))
+        for c in addressed:
+            self._waiting.pop(c.command_id, None)
+        if todo:
+            ids = ", ".join(c.command_id for c in todo[:5])
+            raise TimeoutError(f"no reply from the engine for {len(todo)} command(s): {ids}")
+        return [futures[c.command_id].result() for c in addressed]
+
+    def _addressed(self, command: Command) -> Command:
+        if command.reply_to == self.reply_to:
+            return command
+        updated: Command = command.model_copy(update={"reply_to": self.reply_to})
+        return updated
+
+    def _future(self, command_id: str) -> asyncio.Future[Reply]:
+        future = self._waiting.get(command_id)
+        if future is None or future.done():
+            future = asyncio.get_running_loop().create_future()
+            self._waiting[command_id] = future
+        return future
+
+    async def _read_replies(self) -> None:
+        """Resolve the waiting futures from the reply stream, for as long as the client runs."""
+        while True:
+            try:
+                raw: Any = await self.redis.xread(
+                    {self.reply_to: self._last}, count=500, block=1000
+                )
+            except TRANSIENT_ERRORS as exc:
+                log.warning("reading replies failed (%s); retrying", exc)
+                await asyncio.sleep(0.5)
+                continue
+            items = raw.items() if isinstance(raw, dict) else (raw or ())
+            for _, entries in items:
+                if entries and isinstance(entries[0], list) and len(entries) == 1:
+                    entries = entries[0]
+                for entry_id, fields in entries:
+                    self._last = as_text(entry_id)
+                    self._resolve(fields.get(FIELD_BYTES))
+
+    def _resolve(self, data: bytes | None) -> None:
+        if data is None:
+            return
+        try:
+            reply = decode_reply(data)
+        except DecodeError as exc:
+            log.warning("an unreadable reply on %s: %s", self.reply_to, exc)
+            return
+        future = self._waiting.get(reply.command_id)
+        if future is not None and not future.done():
+            future.set_result(reply)
+
+
+@dataclass
+class GamePage:
+    """One page of the game list: views, newest first, and the cursor of the next page."""
+
+    games: list[dict[str, Any]] = field(default_factory=list)
+    cursor: str | None = None
+
+
+@dataclass
+class BotHealth:
+    """Whether anybody serves a bot: its workers' last heartbeat and its waiting turns."""
+
+    bot: str
+    workers: int
+    last_seen_ms: int | None
+    pending_turns: int
+    undelivered_turns: int
+
+
+class QueryClient:
+    """Reads views, the game index, results, bot health and logs."""
+
+    def __init__(self, redis: Client, keys: Keys) -> None:
+        self.redis = redis
+        self.keys = keys
+
+    async def view(self, game_id: str) -> dict[str, Any] | None:
+        raw: Any = await self.redis.get(self.keys.view(game_id))
+        return None if raw is None else dict(json.loads(raw))
+
+    async def views(self, game_ids: Sequence[str]) -> list[dict[str, Any] | None]:
+        pipe = self.redis.pipeline(transaction=False)
+        for gid in game_ids:
+            pipe.get(self.keys.view(gid))
+        return [None if raw is None else json.loads(raw) for raw in await pipe.execute()]
+
+    async def log(self, game_id: str, from_seq: int = 1) -> list[LogEntry]:
+        """The stored events of a game from `from_seq` on, as bytes with their seqs."""
+        rows: Any = await self.redis.xrange(self.keys.log(game_id), f"{max(from_seq, 1)}-0", "+")
+        return log_entries(rows)
+
+    async def events(self, game_id: str, from_seq: int = 1) -> list[Event]:
+        return [decode_event(e.data) for e in await self.log(game_id, from_seq)]
+
+    async def head(self, game_id: str) -> int:
+        n: int = await self.redis.xlen(self.keys.log(game_id))
+        return n
+
+    async def game_ids(self) -> list[str]:
+        """Every registered game id, partition by partition, in creation order."""
+        pipe = self.redis.pipeline(transaction=False)
+        for p in self.keys.all_partitions():
+            pipe.zrange(self.keys.games(p), 0, -1)
+        return [as_text(g) for ids in await pipe.execute() for g in ids]
+
+    async def statuses(self, game_ids: Sequence[str]) -> list[str | None]:
+        """Each game's status in the index (None: the projector has not seen it)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for gid in game_ids:
+            p = self.keys.partition(gid)
+            for status in STATUSES:
+                pipe.zscore(self.keys.index_status(p, status), gid)
+        answers = await pipe.execute()
+        out: list[str | None] = []
+        for i in range(len(game_ids)):
+            scores = answers[i * len(STATUSES) : (i + 1) * len(STATUSES)]
+            out.append(next((s for s, v in zip(STATUSES, scores, strict=True) if v), None))
+        return out
+
+    async def games(
+        self,
+        *,
+        status: str | None = None,
+        game: str | None = None,
+        player: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> GamePage:
+        """Games newest first across every partition, filtered; `cursor` continues a page."""
+        if status is not None and status not in STATUSES:
+            raise ValueError(f"status must be one of {', '.join(STATUSES)}, not {status!r}")
+        before = _parse_cursor(cursor)
+        pipe = self.redis.pipeline(transaction=False)
+        for p in self.keys.all_partitions():
+            names = self._index_keys(p, status, game, player)
+            top = "+inf" if before is None else before[0]
+            if len(names) == 1:
+                pipe.zrange(
+                    names[0], top, "-inf", desc=True, byscore=True, offset=0,
+                    num=limit + 64, withscores=True,
+                )  # fmt: skip
+            else:
+                pipe.zinter(names, aggregate="MIN", withscores=True)
+        found: list[tuple[float, str]] = []
+        for members in await pipe.execute():
+            for member, score in members:
+                key = (float(score), as_text(member))
+                if before is None or key < before:
+                    found.append(key)
+        found.sort(reverse=True)
+        chosen = found[:limit]
+        views = await self.views([gid for _, gid in chosen])
+        page = GamePage(games=[v for v in views if v is not None])
+        if len(found) > limit and chosen:
+            last = chosen[-1]
+            page.cursor = f"{int(last[0])}:{last[1]}"
+        return page
+
+    def _index_keys(
+        self, p: int, status: str | None, game: str | None, player: str | None
+    ) -> list[str]:
+        names = []
+        if status:
+            names.append(self.keys.index_status(p, status))
+        if game:
+            names.append(self.keys.index_game(p, game))
+        if player:
+            names.append(self.keys.index_player(p, player))
+        return names or [self.keys.index_time(p)]
+
+    async def bot_results(self, bot: str) -> dict[str, int]:
+        """A bot's finished games by outcome: games, wins, losses, draws, aborted."""
+        pipe = self.redis.pipeline(transaction=False)
+        for p in self.keys.all_partitions():
+            pipe.hvals(self.keys.bot_results(p, bot))
+        totals = {"games": 0, "wins": 0, "losses": 0, "draws": 0, "aborted": 0}
+        for values in await pipe.execute():
+            for value in values:
+                totals["games"] += 1
+                totals[as_text(value)] = totals.get(as_text(value), 0) + 1
+        return totals
+
+    async def processes(self) -> dict[str, dict[str, Any]]:
+        """Every consumer's last heartbeat, by consumer name."""
+        beats: Any = await self.redis.hgetall(self.keys.processes())
+        out = {}
+        for name, value in beats.items():
+            with contextlib.suppress(ValueError):
+                out[as_text(name)] = json.loads(value)
+        return out
+
+    async def bot_health(self, bot: str, *, alive_ms: int = 2000) -> BotHealth:
+        """Who serves `bot`: live workers, their last heartbeat, turns waiting in its inbox."""
+        beats = await self.processes()
+        seen = [
+            int(b["time"])
+            for b in beats.values()
+            if b.get("group") == WORKERS_GROUP and b.get("role") == f"bot-{bot}"
+        ]
+        now = now_ms()
+        inbox = self.keys.bot_turns(bot)
+        pending = undelivered = 0
+        with contextlib.suppress(Exception):
+            groups: Any = await self.redis.xinfo_groups(inbox)
+            for g in groups:
+                if as_text(g["name"]) == WORKERS_GROUP:
+                    pending = int(g["pending"])
+                    undelivered = int(g.get("lag") or 0)
+        if not seen:
+            with contextlib.suppress(Exception):
+                undelivered = max(undelivered, int(await self.redis.xlen(inbox)))
+        return BotHealth(
+            bot=bot,
+            workers=sum(1 for t in seen if now - t <= alive_ms),
+            last_seen_ms=max(seen) if seen else None,
+            pending_turns=pending,
+            undelivered_turns=undelivered,
+        )
+
+
+def _parse_cursor(cursor: str | None) -> tuple[float, str] | None:
+    if not cursor:
+        return None
+    time_text, sep, game_id = cursor.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return float(int(time_text)), game_id
+    except ValueError:
+        raise ValueError(f"bad cursor {cursor!r}: pass the cursor of the previous page") from None

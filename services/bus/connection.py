@@ -1,0 +1,186 @@
+"""Connecting to Redis: one `connect(url)` for a single server and for a Redis Cluster.
+
+`connect` waits for Redis at start-up (one clear line per failed attempt, retried with
+backoff, never a traceback), then asks the server whether it is a cluster node (`INFO
+cluster`) and returns a `RedisCluster` client for a cluster, a plain `Redis` client
+otherwise: the same `--redis-url` serves both. Both retry a command whose connection
+dropped, which is safe for everything Agon writes (commands are deduplicated by id,
+appends check the log head, projections the seq).
+
+A plain client packs commands with hiredis (C) instead of redis-py's Python packer, the
+largest cost of a busy engine after the rules. `scan_keys` lists keys on every primary of a
+cluster, which is what listing logs and read models must do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import hiredis
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import (
+    AuthenticationError,
+    ClusterDownError,
+    RedisClusterException,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+log = logging.getLogger("agon.bus")
+
+#: A client of either kind: their command APIs are the same for everything Agon sends.
+Client = Redis | RedisCluster
+
+#: Errors that say Redis is away for a moment (restart, failover), not that a request is bad.
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ClusterDownError,
+    TryAgainError,
+    OSError,
+)
+
+#: Waiting for Redis at start-up: first pause, longest pause.
+BACKOFF_FIRST_S = 0.2
+BACKOFF_CAP_S = 5.0
+
+
+_UNREACHABLE: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, RedisClusterException)
+
+
+class RedisUnavailable(RuntimeError):
+    """Redis did not answer within the time a command was willing to wait."""
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for log lines and messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit(parts._replace(netloc=f"{user}{host}{port}"))
+
+
+class _HiredisPacking:
+    """Mixin for a redis-py asyncio connection: pack commands with `hiredis.pack_command`.
+
+    What the synchronous redis-py client does when hiredis is installed; arguments
+    hiredis refuses (e.g. a bool) go to redis-py's own packer, which raises its usual
+    DataError.
+    """
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        if isinstance(args[0], str):
+            # Multi-word command names ("XINFO GROUPS") are separate protocol words.
+            args = (*args[0].encode().split(), *args[1:])
+        try:
+            return [hiredis.pack_command(args)]
+        except TypeError:
+            packed: list[bytes] = super().pack_command(*args)  # type: ignore[misc]
+            return packed
+
+
+_PACKING_CLASSES: dict[type[AbstractConnection], type[AbstractConnection]] = {}
+
+
+def _retry() -> Retry:
+    return Retry(ExponentialBackoff(cap=1.0, base=0.05), 8)
+
+
+def plain_client(url: str, **kwargs: Any) -> Redis:
+    """A single-server client for `url` whose commands hiredis packs (utf-8 encoding only)."""
+    kwargs.setdefault("retry", _retry())
+    redis = Redis.from_url(url, **kwargs)
+    pool = redis.connection_pool
+    if pool.connection_kwargs.get("encoding", "utf-8") != "utf-8":
+        return redis
+    base = pool.connection_class
+    fast = _PACKING_CLASSES.get(base)
+    if fast is None:
+        fast = type(f"Hiredis{base.__name__}", (_HiredisPacking, base), {})
+        _PACKING_CLASSES[base] = fast
+    pool.connection_class = fast
+    return redis
+
+
+def cluster_client(url: str, **kwargs: Any) -> RedisCluster:
+    """A Redis Cluster client that follows MOVED/ASK and refreshes its slots after failover."""
+    kwargs.setdefault("retry", _retry())
+    return RedisCluster.from_url(url, **kwargs)
+
+
+async def _is_cluster(probe: Redis) -> bool:
+    info: Any = await probe.info("cluster")
+    return bool(int(info.get("cluster_enabled", 0)))
+
+
+async def connect(url: str, *, wait_s: float | None = 30.0, **kwargs: Any) -> Client:
+    """A client for the Redis (or Redis Cluster) at `url`, once it answers.
+
+    Waits up to `wait_s` seconds (None: for ever, what services do) with backoff, logging
+    one line per failed attempt; then raises `RedisUnavailable` with one line that says
+    what to do. A wrong password is not retried.
+    """
+    deadline = None if wait_s is None else time.monotonic() + wait_s
+    pause = BACKOFF_FIRST_S
+    while True:
+        probe = plain_client(url, retry=None, socket_connect_timeout=2.0)
+        try:
+            cluster = await _is_cluster(probe)
+        except AuthenticationError as exc:
+            raise RedisUnavailable(f"Redis at {redact(url)} refused the login: {exc}") from None
+        except _UNREACHABLE as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if deadline is not None and time.monotonic() + pause > deadline:
+                raise RedisUnavailable(
+                    f"cannot reach Redis at {redact(url)} ({reason}): start it, or pass "
+                    "another --redis-url / REDIS_URL"
+                ) from None
+            log.warning(
+                "cannot reach Redis at %s (%s); retrying in %.1f s", redact(url), reason, pause
+            )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, BACKOFF_CAP_S)
+            continue
+        finally:
+            await probe.aclose()
+        if cluster:
+            client: Client = cluster_client(url, **kwargs)
+            await client.initialize()
+            return client
+        return plain_client(url, **kwargs)
+
+
+def is_cluster(client: Client) -> bool:
+    return isinstance(client, RedisCluster)
+
+
+async def scan_keys(client: Client, pattern: str, count: int = 1000) -> AsyncIterator[str]:
+    """Every key matching `pattern`, on every primary of a cluster (each key once)."""
+    seen: set[str] = set()
+    async for key in client.scan_iter(match=pattern, count=count):
+        name = key.decode() if isinstance(key, bytes) else str(key)
+        if name not in seen:
+            seen.add(name)
+            yield name
+
+
+async def server_time_ms(client: Client) -> int:
+    """Redis's own clock in ms: the clock of stream entry ids."""
+    answer: Any = await client.time()
+    if isinstance(answer, dict):  # a cluster answers per node: any node will do
+        answer = next(iter(answer.values()))
+    seconds, micros = answer
+    return int(seconds) * 1000 + int(micros) // 1000

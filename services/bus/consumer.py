@@ -1,0 +1,687 @@
+"""The one consumer loop: consumer groups over partition streams, for every Agon service.
+
+The engine service, the projector, the dispatcher and the bot workers all read streams the
+same way: one consumer group, a process-unique consumer name, batches of entries, each
+entry acknowledged only after its effect is written (so a crash redelivers it, and the
+effects are idempotent: exactly once in effect).
+
+`GroupReader` reads partition by partition and never names two streams in one command, so
+it works on a Redis Cluster where each partition is its own hash slot. Waiting for new
+entries uses one blocking XREADGROUP per stream ("lanes", each on its own connection),
+fanned into one buffer; a lane holds at most one unread batch, so a slow consumer never
+piles up more than that. `read(None)` never waits: the drain ("burst") mode of tests and
+benchmarks.
+
+Dead consumers are noticed in seconds, not minutes: every running consumer writes a
+heartbeat (`Keys.processes`) twice a second; a sweep each second claims (XCLAIM) entries
+pending with a consumer whose heartbeat is older than `dead_after_ms`, removes dead
+consumers that hold nothing from the group, and sets aside entries delivered
+`max_deliveries` times (they kill whoever takes them). Entries idle for `claim_idle_ms`
+with a live consumer are claimed too (a stuck process that still beats).
+
+`StreamConsumer` is the loop around a reader: serve until stopped or drain; log a ready
+line and (with -v) a stats line; retry a batch when Redis is away; set aside (dead-letter,
+then acknowledge) an entry that fails on its own, so that one bad entry never stalls a
+consumer; trim what every group has acknowledged; on stop, leave the group cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from schemas.codec import FIELD, FIELD_BYTES
+from services.bus.connection import TRANSIENT_ERRORS, Client
+
+log = logging.getLogger("agon.bus")
+
+#: The pause after a failed batch, so that a Redis that is down is not hammered.
+RETRY_PAUSE_S = 0.5
+#: Set-aside entries are kept for inspection, capped so a flood of them cannot fill Redis.
+DEAD_LETTER_MAXLEN = 10_000
+#: A set-aside entry keeps at most this much of its payload (plus its size and sha256).
+DEAD_LETTER_KEEP_BYTES = 4096
+#: How often a running consumer writes its heartbeat, and when it counts as dead.
+HEARTBEAT_EVERY_S = 0.5
+DEAD_AFTER_MS = 2000
+#: Heartbeats older than this are removed from the processes hash.
+FORGET_AFTER_MS = 3_600_000
+#: How often a consumer logs its stats line (with -v) and trims acknowledged entries.
+STATS_EVERY_S = 5.0
+TRIM_EVERY_S = 5.0
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds since the epoch, the unit of event times and deadlines."""
+    return time.time_ns() // 1_000_000
+
+
+def as_text(value: bytes | str) -> str:
+    """A stream name, entry id or member as str (redis-py returns bytes)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def consumer_name(role: str) -> str:
+    """A name no other live consumer has: role, host, pid and a random suffix."""
+    return f"{role}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def id_ms(entry_id: bytes | str) -> int:
+    """The millisecond part of a stream entry id: when Redis received the entry."""
+    return int(as_text(entry_id).partition("-")[0])
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, n = entry_id.partition("-")
+    return int(ms), int(n or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One stream entry as a reader got it."""
+
+    stream: str
+    entry_id: bytes
+    #: The encoded model in field `m`, or None when the entry has no such field.
+    data: bytes | None
+
+    @property
+    def arrived_ms(self) -> int:
+        """When the entry reached its stream, by Redis's clock."""
+        return id_ms(self.entry_id)
+
+
+async def ensure_group(redis: Client, stream: str, group: str, start: str = "0") -> None:
+    """Create a consumer group (and its stream) unless it exists."""
+    try:
+        await redis.xgroup_create(stream, group, id=start, mkstream=True)
+    except ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+
+
+async def trim_acknowledged(redis: Client, stream: str, groups: Sequence[str]) -> int:
+    """Drop the entries of `stream` that every one of `groups` has acknowledged.
+
+    Nothing is trimmed while one of the groups does not exist yet (it would start from the
+    beginning and must find everything there). Returns how many entries went.
+    """
+    try:
+        info: Any = await redis.xinfo_groups(stream)
+    except ResponseError:
+        return 0  # no such stream
+    by_name = {as_text(g["name"]): g for g in info}
+    if any(g not in by_name for g in groups):
+        return 0
+    floor: str | None = None
+    for name in groups:
+        g = by_name[name]
+        delivered = as_text(g["last-delivered-id"])
+        if g["pending"]:
+            summary: Any = await redis.xpending(stream, name)
+            delivered = min(delivered, as_text(summary["min"]), key=_id_key)
+        else:
+            ms, n = _id_key(delivered)
+            delivered = f"{ms}-{n + 1}"  # everything up to and including it is acknowledged
+        floor = delivered if floor is None else min(floor, delivered, key=_id_key)
+    if floor is None or floor in ("0-0", "0-1"):
+        return 0
+    removed: int = await redis.xtrim(stream, minid=floor, approximate=False)
+    return removed
+
+
+class GroupReader:
+    """Reads `streams` as consumer `consumer` of `group`; claims the work of dead consumers.
+
+    `claim_idle_ms`: how long an entry may sit with a live consumer before this one takes
+    it; `dead_idle_ms`: how idle a dead consumer's entry must be before it is taken (so that
+    two sweeping consumers do not both take it).
+    """
+
+    def __init__(
+        self,
+        redis: Client,
+        streams: Sequence[str],
+        group: str,
+        consumer: str,
+        *,
+        heartbeats: str,
+        count: int = 500,
+        claim_idle_ms: int = 30_000,
+        dead_idle_ms: int = 1000,
+        dead_after_ms: int = DEAD_AFTER_MS,
+        claim_every_s: float = 1.0,
+        max_deliveries: int = 5,
+    ) -> None:
+        self.redis = redis
+        self.streams = list(streams)
+        self.group = group
+        self.consumer = consumer
+        self.heartbeats = heartbeats
+        self.count = count
+        self.claim_idle_ms = claim_idle_ms
+        self.dead_idle_ms = dead_idle_ms
+        self.dead_after_ms = dead_after_ms
+        self.claim_every_s = claim_every_s
+        self.max_deliveries = max_deliveries
+        #: entries claimed from dead or stuck consumers so far
+        self.claimed = 0
+        #: claimed entries delivered `max_deliveries` times: the loop sets them aside
+        self.poison: list[Entry] = []
+        self._next_claim = 0.0
+        self._ready = False
+        self._recovering = False
+        self._lanes: list[asyncio.Task[None]] = []
+        self._buffer: list[Entry] = []
+        self._cond = asyncio.Condition()
+        self._lane_block_ms = 1000
+
+    async def setup(self) -> None:
+        for stream in self.streams:
+            await ensure_group(self.redis, stream, self.group)
+        self._ready = True
+
+    async def read(self, block_ms: int | None = None, *, reclaim: bool = False) -> list[Entry]:
+        """The next batch: own and claimed entries first, then new ones.
+
+        Waits up to `block_ms` for new entries (None: not at all). Claiming runs every
+        `claim_every_s`, or now when `reclaim` is set (drain mode).
+        """
+        try:
+            return await self._read(block_ms, reclaim)
+        except ResponseError as exc:
+            if "NOGROUP" in str(exc):
+                # The stream went away with its group (Redis lost its data, or someone
+                # deleted it): make the groups again on the next read.
+                self._ready = False
+            raise
+
+    async def _read(self, block_ms: int | None, reclaim: bool) -> list[Entry]:
+        if not self._ready:
+            await self.setup()
+        if self._recovering:
+            own = await self._own_pending()
+            if own:
+                return own
+            self._recovering = False
+        now = time.monotonic()
+        if reclaim or now >= self._next_claim:
+            self._next_claim = now + self.claim_every_s
+            claimed = await self.reclaim()
+            if claimed:
+                return claimed
+        if block_ms is None:
+            return await self._poll()
+        return await self._wait(block_ms)
+
+    async def _poll(self) -> list[Entry]:
+        """New entries of every stream without waiting: one command per stream, pipelined."""
+        pipe = self.redis.pipeline(transaction=False)
+        for stream in self.streams:
+            pipe.xreadgroup(self.group, self.consumer, {stream: ">"}, count=self.count)
+        out: list[Entry] = []
+        for raw in await pipe.execute():
+            out.extend(_entries(raw))
+        return out
+
+    async def _wait(self, block_ms: int) -> list[Entry]:
+        """What the lanes have read, waiting up to `block_ms` for something to arrive."""
+        if not self._lanes:
+            self._lanes = [asyncio.create_task(self._lane(s)) for s in self.streams]
+        async with self._cond:
+            if not self._buffer:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._cond.wait_for(lambda: bool(self._buffer)), block_ms / 1000
+                    )
+            out, self._buffer = self._buffer, []
+            self._cond.notify_all()
+        return out
+
+    async def _lane(self, stream: str) -> None:
+        """Block on one stream; hand over what arrives; wait until it was taken."""
+        while True:
+            try:
+                raw: Any = await self.redis.xreadgroup(
+                    self.group,
+                    self.consumer,
+                    {stream: ">"},
+                    count=self.count,
+                    block=self._lane_block_ms,
+                )
+            except ResponseError as exc:
+                if "NOGROUP" in str(exc):
+                    with contextlib.suppress(*TRANSIENT_ERRORS, ResponseError):
+                        await ensure_group(self.redis, stream, self.group)
+                else:
+                    log.warning("%s: reading %s failed: %s", self.consumer, stream, exc)
+                await asyncio.sleep(RETRY_PAUSE_S)
+                continue
+            except TRANSIENT_ERRORS:
+                await asyncio.sleep(RETRY_PAUSE_S)
+                continue
+            entries = _entries(raw)
+            if entries:
+                async with self._cond:
+                    self._buffer.extend(entries)
+                    self._cond.notify_all()
+                    await self._cond.wait_for(lambda: not self._buffer)
+
+    async def close(self) -> None:
+        """Stop the lanes. Entries a cancelled lane had read stay pending with this consumer;
+        once its heartbeat is gone another consumer claims them."""
+        lanes, self._lanes = self._lanes, []
+        for lane in lanes:
+            lane.cancel()
+        if lanes:
+            await asyncio.wait(lanes, timeout=2.0)
+        if self._buffer:
+            self.recover()  # handed over but not processed: read them again if we go on
+            self._buffer = []
+
+    def recover(self) -> None:
+        """After a failed batch: read this consumer's own pending entries again first.
+
+        XREADGROUP ">" never redelivers them to their owner; without this they would wait
+        for another consumer's claim sweep.
+        """
+        self._recovering = True
+
+    async def _own_pending(self) -> list[Entry]:
+        pipe = self.redis.pipeline(transaction=False)
+        for stream in self.streams:
+            pipe.xreadgroup(self.group, self.consumer, {stream: "0"}, count=self.count)
+        out: list[Entry] = []
+        for raw in await pipe.execute():
+            out.extend(_entries(raw))
+        return out
+
+    async def dead_consumers(self, names: set[str]) -> set[str]:
+        """Which of `names` have no fresh heartbeat."""
+        if not names:
+            return set()
+        ordered = sorted(names)
+        beats: Any = await self.redis.hmget(self.heartbeats, ordered)
+        now = now_ms()
+        dead = set()
+        for name, beat in zip(ordered, beats, strict=True):
+            seen = _beat_time(beat)
+            if seen is None or now - seen > self.dead_after_ms:
+                dead.add(name)
+        return dead
+
+    async def reclaim(self) -> list[Entry]:
+        """Take over entries of dead consumers and entries stuck with live ones.
+
+        One pipelined XPENDING per stream that has pending entries finds them; XCLAIM takes
+        them. Entries delivered `max_deliveries` times go to `poison` instead.
+        """
+        idle = min(self.dead_idle_ms, self.claim_idle_ms)
+        pipe = self.redis.pipeline(transaction=False)
+        for stream in self.streams:
+            pipe.xpending_range(stream, self.group, "-", "+", self.count, idle=idle)
+        rows_by_stream: list[Any] = await pipe.execute(raise_on_error=False)
+        owners = {
+            as_text(row["consumer"])
+            for rows in rows_by_stream
+            if not isinstance(rows, Exception)
+            for row in rows
+        }
+        owners.discard(self.consumer)
+        dead = await self.dead_consumers(owners)
+        take: dict[str, list[tuple[bytes, int]]] = {}
+        for stream, rows in zip(self.streams, rows_by_stream, strict=True):
+            if isinstance(rows, Exception):
+                continue  # no group yet: the next read makes it
+            for row in rows:
+                owner = as_text(row["consumer"])
+                if owner == self.consumer:
+                    continue
+                if owner in dead or row["time_since_delivered"] >= self.claim_idle_ms:
+                    take.setdefault(stream, []).append(
+                        (row["message_id"], int(row["times_delivered"]))
+                    )
+        if not take:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for stream, ids in take.items():
+            pipe.xclaim(stream, self.group, self.consumer, idle, [i for i, _ in ids])
+        out: list[Entry] = []
+        for (stream, ids), claimed in zip(take.items(), await pipe.execute(), strict=True):
+            deliveries = dict(ids)
+            for entry_id, fields in claimed:
+                entry = Entry(stream, entry_id, _field(fields))
+                if deliveries.get(entry_id, 0) + 1 > self.max_deliveries:
+                    self.poison.append(entry)
+                else:
+                    out.append(entry)
+        self.claimed += len(out) + len(self.poison)
+        if out or self.poison:
+            log.info(
+                "%s: claimed %d entries of dead or stuck consumers (%s)",
+                self.consumer,
+                len(out) + len(self.poison),
+                ", ".join(sorted(dead)) or "stuck",
+            )
+        return out
+
+    async def forget_dead_consumers(self) -> int:
+        """Remove consumers with nothing pending and no fresh heartbeat from the group."""
+        pipe = self.redis.pipeline(transaction=False)
+        for stream in self.streams:
+            pipe.xinfo_consumers(stream, self.group)
+        infos = await pipe.execute(raise_on_error=False)
+        idle_empty: dict[str, list[str]] = {}
+        for stream, consumers in zip(self.streams, infos, strict=True):
+            if isinstance(consumers, Exception):
+                continue
+            for c in consumers:
+                name = as_text(c["name"])
+                if name != self.consumer and not c["pending"] and c["idle"] > self.dead_after_ms:
+                    idle_empty.setdefault(name, []).append(stream)
+        dead = await self.dead_consumers(set(idle_empty))
+        if not dead:
+            return 0
+        pipe = self.redis.pipeline(transaction=False)
+        for name in sorted(dead):
+            for stream in idle_empty[name]:
+                pipe.xgroup_delconsumer(stream, self.group, name)
+        await pipe.execute(raise_on_error=False)
+        return len(dead)
+
+    async def leave(self) -> None:
+        """Deregister this consumer from its groups, where it holds nothing pending.
+
+        A consumer with pending entries stays, so that another one can claim them.
+        """
+        pipe = self.redis.pipeline(transaction=False)
+        for stream in self.streams:
+            pipe.xinfo_consumers(stream, self.group)
+        infos = await pipe.execute(raise_on_error=False)
+        for stream, consumers in zip(self.streams, infos, strict=True):
+            if isinstance(consumers, Exception):
+                continue
+            for c in consumers:
+                if as_text(c["name"]) == self.consumer and int(c["pending"]) == 0:
+                    await self.redis.xgroup_delconsumer(stream, self.group, self.consumer)
+
+    async def ack(self, entries: Sequence[Entry]) -> None:
+        by_stream: dict[str, list[bytes]] = {}
+        for e in entries:
+            by_stream.setdefault(e.stream, []).append(e.entry_id)
+        if not by_stream:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for stream, ids in by_stream.items():
+            pipe.xack(stream, self.group, *ids)
+        await pipe.execute()
+
+    async def lag(self) -> tuple[int, int]:
+        """(entries not yet delivered to the group, entries pending) over every stream."""
+        pipe = self.redis.pipeline(transaction=False)
+        for stream in self.streams:
+            pipe.xinfo_groups(stream)
+        lag = pending = 0
+        for groups in await pipe.execute(raise_on_error=False):
+            if isinstance(groups, Exception):
+                continue
+            for g in groups:
+                if as_text(g["name"]) == self.group:
+                    lag += int(g.get("lag") or 0)
+                    pending += int(g["pending"])
+        return lag, pending
+
+
+def _beat_time(beat: Any) -> int | None:
+    if beat is None:
+        return None
+    try:
+        return int(json.loads(beat)["time"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _entries(raw: Any) -> list[Entry]:
+    """The entries of an XREADGROUP answer (RESP2 list or RESP3 map), stream by stream."""
+    if not raw:
+        return []
+    items = raw.items() if isinstance(raw, dict) else raw
+    out: list[Entry] = []
+    for stream, entries in items:
+        if isinstance(entries, list) and len(entries) == 1 and isinstance(entries[0], list):
+            entries = entries[0]  # RESP3 wraps each stream's entries once more
+        name = as_text(stream)
+        out.extend(Entry(name, entry_id, _field(fields)) for entry_id, fields in entries)
+    return out
+
+
+def _field(fields: dict[bytes, bytes] | None) -> bytes | None:
+    if not fields:
+        return None
+    return fields.get(FIELD_BYTES)
+
+
+def dead_letter_fields(entry: Entry, reason: str, **extra: Any) -> dict[Any, Any]:
+    """A dead-letter entry: the first 4 KiB of the payload, its size and sha256, and why."""
+    data = entry.data or b""
+    return {
+        FIELD: data[:DEAD_LETTER_KEEP_BYTES],
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "reason": reason[:1000],
+        "stream": entry.stream,
+        "id": entry.entry_id,
+        **extra,
+    }
+
+
+class StreamConsumer:
+    """The loop of one group reader: `run` until stopped, or `drain` what is there.
+
+    A subclass sets `role`, `redis`, `reader`, `block_ms` and `dead_letter` (the stream for
+    entries set aside), and implements `process(entries)`, which writes the batch's effects
+    and then acknowledges it. `forget()` drops caches a failed batch may have left
+    half-updated; `tick()` is periodic work done after every batch of `run`; `settle()`
+    waits for work a batch left in flight; `stats()` is what the stats line shows.
+    `trim_groups` names the groups that must all have acknowledged an entry before
+    `run` trims it from the reader's streams (empty: this consumer trims nothing).
+    """
+
+    role: str
+    redis: Client
+    reader: GroupReader
+    block_ms: int
+    dead_letter: str
+    trim_groups: tuple[str, ...] = ()
+    #: entries set aside because they failed on their own
+    entries_set_aside: int = 0
+    entries_handled: int = 0
+
+    async def process(self, entries: Sequence[Entry]) -> None:
+        """Write the effects of a batch, then acknowledge it."""
+        raise NotImplementedError
+
+    def forget(self) -> None:
+        """Drop cached state after a failed batch (default: nothing is cached)."""
+
+    async def tick(self) -> None:
+        """Periodic work of `run`, after every batch (default: none)."""
+
+    async def settle(self) -> None:
+        """Wait for what a batch left in flight (default: nothing)."""
+
+    def dead_letter_for(self, entry: Entry) -> str:
+        """Where an entry that is set aside goes (default: `dead_letter`)."""
+        return self.dead_letter
+
+    def stats(self) -> dict[str, int]:
+        """Counters for the stats line and the heartbeat."""
+        return {"entries": self.entries_handled, "set_aside": self.entries_set_aside}
+
+    async def setup(self) -> None:
+        await self.reader.setup()
+
+    async def heartbeat(self) -> None:
+        """Tell the others this consumer is alive (and what it has done)."""
+        beat = {
+            "role": self.role,
+            "group": self.reader.group,
+            "time": now_ms(),
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            **self.stats(),
+        }
+        await self.redis.hset(self.reader.heartbeats, self.reader.consumer, json.dumps(beat))
+
+    async def _beat(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.heartbeat()
+            except Exception as exc:  # Redis away: the loop reports it, keep beating
+                log.debug("%s: heartbeat failed: %s", self.reader.consumer, exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), HEARTBEAT_EVERY_S)
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Serve until `stop` is set; no failure ends the loop. Leaves cleanly at the end."""
+        stop = stop or asyncio.Event()
+        beating = asyncio.create_task(self._beat(stop))
+        name = self.reader.consumer
+        next_stats = next_trim = time.monotonic() + STATS_EVERY_S
+        ready = False
+        try:
+            while not stop.is_set():
+                try:
+                    if not ready:
+                        await self.setup()
+                        log.warning(
+                            "%s ready: group %s on %d streams",
+                            name,
+                            self.reader.group,
+                            len(self.reader.streams),
+                        )
+                        ready = True
+                    await self.handle(await self.reader.read(self.block_ms))
+                    if self.reader.poison:
+                        await self._set_aside_poison()
+                    await self.tick()
+                    now = time.monotonic()
+                    if now >= next_trim:
+                        next_trim = now + TRIM_EVERY_S
+                        await self.housekeeping()
+                    if now >= next_stats and log.isEnabledFor(logging.INFO):
+                        next_stats = now + STATS_EVERY_S
+                        await self._log_stats()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    # Redis is away, or something failed outside any one entry. The batch
+                    # is still pending with this consumer: read it again first.
+                    if isinstance(exc, TRANSIENT_ERRORS):
+                        log.warning("%s: Redis unavailable (%s); retrying", name, exc)
+                    else:
+                        log.exception("%s: batch failed; retrying", name)
+                    self.reader.recover()
+                    self.forget()
+                    await asyncio.sleep(RETRY_PAUSE_S)
+            await self.settle()
+        finally:
+            stop.set()
+            await self.reader.close()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await beating
+            with contextlib.suppress(Exception):
+                await self.reader.leave()
+                await self.redis.hdel(self.reader.heartbeats, name)
+            log.info("%s stopped", name)
+
+    async def housekeeping(self) -> None:
+        """Trim acknowledged entries, forget dead consumers and old heartbeats."""
+        for stream in self.reader.streams if self.trim_groups else ():
+            await trim_acknowledged(self.redis, stream, self.trim_groups)
+        await self.reader.forget_dead_consumers()
+        beats: Any = await self.redis.hgetall(self.reader.heartbeats)
+        now = now_ms()
+        old = [k for k, v in beats.items() if now - (_beat_time(v) or 0) > FORGET_AFTER_MS]
+        if old:
+            await self.redis.hdel(self.reader.heartbeats, *old)
+
+    async def _log_stats(self) -> None:
+        lag, pending = await self.reader.lag()
+        counters = " ".join(f"{k}={v}" for k, v in self.stats().items())
+        log.info("%s: %s lag=%d pending=%d", self.reader.consumer, counters, lag, pending)
+
+    async def drain(self) -> int:
+        """Handle everything there is (and what dead consumers left); return how many."""
+        await self.setup()
+        handled = 0
+        while True:
+            entries = await self.reader.read(None, reclaim=not handled)
+            if self.reader.poison:
+                await self._set_aside_poison()
+            if not entries:
+                await self.settle()
+                return handled
+            handled += len(entries)
+            await self.handle(entries)
+
+    async def handle(self, entries: Sequence[Entry]) -> None:
+        """`process` the batch; when it fails but Redis is fine, entry by entry.
+
+        Retrying a batch that fails for its content would fail forever and stall every
+        entry behind it; taken one at a time, only an entry that fails alone is set aside.
+        """
+        try:
+            await self.process(entries)
+            self.entries_handled += len(entries)
+        except TRANSIENT_ERRORS:
+            raise
+        except Exception as exc:
+            self.forget()
+            if not entries:
+                raise
+            if len(entries) == 1:
+                await self.set_aside(entries[0], repr(exc), exc)
+                return
+            log.warning("%s: a batch failed (%r); one entry at a time", self.reader.consumer, exc)
+            for entry in entries:
+                await self.handle([entry])
+
+    async def _set_aside_poison(self) -> None:
+        poison, self.reader.poison = self.reader.poison, []
+        for entry in poison:
+            reason = f"delivered {self.reader.max_deliveries} times without success"
+            await self.set_aside(entry, reason)
+
+    async def set_aside(self, entry: Entry, reason: str, exc: BaseException | None = None) -> None:
+        """Copy an entry nobody can handle to the dead letters, then acknowledge it."""
+        log.error(
+            "%s: entry %s of %s set aside to %s: %s",
+            self.reader.consumer,
+            as_text(entry.entry_id),
+            entry.stream,
+            self.dead_letter_for(entry),
+            reason,
+            exc_info=exc,
+        )
+        fields = dead_letter_fields(
+            entry, reason, group=self.reader.group, consumer=self.reader.consumer
+        )
+        # Two trips on purpose: the acknowledgement only after the copy is written.
+        await self.redis.xadd(
+            self.dead_letter_for(entry), fields, maxlen=DEAD_LETTER_MAXLEN, approximate=True
+        )
+        await self.reader.ack([entry])
+        self.entries_set_aside += 1

@@ -1,0 +1,370 @@
+"""The engine's functional core: `decide(record, command, now)` -> events, or `Reject`.
+
+Pure: no Redis, no clock of its own. `Rules.decide` validates a command against a game's
+`GameRecord` (the position and the facts of its log) and either raises `Reject` before any
+event exists or emits the command's events and folds them into the record.
+`GameRecord.from_log` folds a stored log the same way, so the engine service's cache of
+live games is rebuilt from the log on a miss.
+
+Clocks are judged by arrival: `decide` gets `arrived`, when the command reached the command
+stream (its entry id's time), and a move that arrived by the deadline counts however late
+an engine gets to it; a timeout claim counts only if it arrived after the deadline.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine import ENGINE_VERSION, Game, IllegalMoveError, InvalidMoveError, Move, State, load_game
+from engine.core import game_names
+from schemas.codec import decode_event, encode, encode_move_played, event_hash
+from schemas.commands import Abort, ClaimTimeout, Command, CreateGame, PlayMove, Resign, SeatPlayer
+from schemas.events import (
+    EndReason,
+    EventBase,
+    GameCreated,
+    GameEnded,
+    GameStarted,
+    MovePlayed,
+    PlayerSeated,
+)
+from schemas.replies import RejectCode
+from schemas.tokens import admin_token, bot_token, new_human_token, token_hash, token_matches
+from services.bus.clients import LogEntry
+
+
+class Reject(Exception):
+    """A command the rules, the seats or the log refuse; becomes a `Rejected` reply."""
+
+    def __init__(self, code: RejectCode, message: str) -> None:
+        super().__init__(message)
+        self.code: RejectCode = code
+        self.message = message
+
+
+# -- the functional core ---------------------------------------------------------------
+@dataclass
+class GameRecord:
+    """What the engine knows of a live game: the position and the facts of its log."""
+
+    game_id: str
+    created: GameCreated
+    game: Game
+    state: State
+    head: int = 0
+    last_hash: str = ""
+    #: time of the head event: a per-move deadline runs from it
+    last_time: int = 0
+    seated: dict[int, PlayerSeated] = field(default_factory=dict)
+    started: bool = False
+    ended: GameEnded | None = None
+    #: Per seat, the last token that matched its logged hash: a bot sends the same token
+    #: with every move, and comparing it is cheaper than hashing it again.
+    verified: dict[int, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_log(cls, game_id: str, entries: Sequence[LogEntry]) -> GameRecord | None:
+        """Fold a stored log into a record; None for a game without a log."""
+        if not entries:
+            return None
+        rec: GameRecord | None = None
+        for entry in entries:
+            event = decode_event(entry.data)
+            if rec is None:
+                if not isinstance(event, GameCreated):
+                    raise ValueError(f"game {game_id}: log starts with {event.type}")
+                rec = cls.new(event)
+            elif isinstance(event, MovePlayed):
+                rec.state.apply(event.move)
+            rec.evolve(event, event_hash(entry.data))
+        return rec
+
+    @classmethod
+    def new(cls, created: GameCreated) -> GameRecord:
+        game = load_game(created.game, **created.options)
+        return cls(created.game_id, created, game, game.new_initial_state())
+
+    def evolve(self, event: EventBase, data_hash: str) -> None:
+        """Fold one event's facts in; a `MovePlayed` must already be applied to `state`."""
+        self.head = event.seq
+        self.last_hash = data_hash
+        self.last_time = event.time
+        if isinstance(event, PlayerSeated):
+            self.seated[event.seat] = event
+            self.verified.pop(event.seat, None)
+        elif isinstance(event, GameStarted):
+            self.started = True
+        elif isinstance(event, GameEnded):
+            self.ended = event
+
+    @property
+    def deadline(self) -> int:
+        """When the seat to move must have sent its move (ms; 0: no clock)."""
+        limit = self.created.move_time_ms
+        return self.last_time + limit if limit and self.started and self.ended is None else 0
+
+    @property
+    def to_move(self) -> int:
+        """The seat to move (0 once the game is over)."""
+        return 0 if self.ended is not None else self.state.seat_to_move
+
+    def colours(self) -> list[int]:
+        """The colour of each seat: seats hold colours 1 and 2 in order unless swapped."""
+        return self.state.seat_colours()
+
+    def scores(self) -> list[int] | None:
+        scores = self.state.scores()
+        return None if scores is None else list(scores)
+
+
+@dataclass
+class Decision:
+    """The effect of an accepted command: encoded events (already folded into `record`)."""
+
+    record: GameRecord
+    events: list[bytes]
+    token: str | None = None
+
+
+class Rules:
+    """`decide`: validate a command against a game record and emit its events."""
+
+    def __init__(self, secret: bytes) -> None:
+        self.secret = secret
+        self._admin = admin_token(secret)
+
+    def decide(
+        self, rec: GameRecord | None, cmd: Command, now: int, arrived: int | None = None
+    ) -> Decision:
+        """Events for `cmd`, folded into the (possibly new) record; `Reject` if refused.
+
+        `now` stamps the events; `arrived` (default `now`) is when the command reached the
+        command stream, by which clocks judge it. Never changes `rec` before it is sure to
+        accept, so a rejection leaves it intact.
+        """
+        arrived = now if arrived is None else arrived
+        if isinstance(cmd, CreateGame):
+            return self._create(rec, cmd, now)
+        if rec is None:
+            raise Reject("unknown_game", f"no game {cmd.game_id}")
+        if rec.ended is not None:
+            raise Reject("game_over", f"game {cmd.game_id} is over ({rec.ended.reason})")
+        out = Decision(rec, [])
+        if isinstance(cmd, SeatPlayer):
+            out.token = self._seat(out, cmd, now)
+        elif isinstance(cmd, PlayMove):
+            self._play(out, cmd, now, arrived)
+        elif isinstance(cmd, Resign):
+            self._check_token(rec, cmd.seat, cmd.token)
+            self._end(out, cmd, now, 3 - cmd.seat, "resignation", f"seat {cmd.seat} resigned")
+        elif isinstance(cmd, ClaimTimeout):
+            self._timeout(out, cmd, now, arrived)
+        elif isinstance(cmd, Abort):
+            if cmd.seat == 0:
+                if not hmac.compare_digest(cmd.token, self._admin):
+                    raise Reject("bad_token", "the admin token does not match")
+                who = "the operator"
+            else:
+                self._check_token(rec, cmd.seat, cmd.token)
+                who = f"seat {cmd.seat}"
+            self._end(out, cmd, now, 0, "abort", f"aborted by {who}")
+        return out
+
+    # -- one method per command ----------------------------------------------------------
+    def _create(self, rec: GameRecord | None, cmd: CreateGame, now: int) -> Decision:
+        if rec is not None:
+            raise Reject("stale_seq", f"game {cmd.game_id} already exists (log at {rec.head})")
+        if cmd.game not in game_names():
+            raise Reject("unknown_game", f"unknown game {cmd.game!r}; known: {game_names()}")
+        try:
+            game = load_game(cmd.game, **cmd.options)
+        except ValueError as exc:
+            raise Reject("malformed", str(exc)) from None
+        created = GameCreated(
+            game_id=cmd.game_id,
+            seq=1,
+            time=now,
+            command_id=cmd.command_id,
+            prev_hash="",
+            game=cmd.game,
+            options=dict(game.options),
+            seats=list(cmd.seats),
+            move_time_ms=cmd.move_time_ms,
+            seed=cmd.seed,
+            engine_version=ENGINE_VERSION,
+        )
+        data = encode(created)
+        rec = GameRecord(cmd.game_id, created, game, game.new_initial_state())
+        rec.evolve(created, event_hash(data))
+        out = Decision(rec, [data])
+        for seat, spec in enumerate(cmd.seats, start=1):
+            if spec.kind == "bot":
+                token = bot_token(self.secret, cmd.game_id, seat)
+                self._emit(
+                    out,
+                    cmd,
+                    now,
+                    PlayerSeated,
+                    seat=seat,
+                    name=spec.name,
+                    kind="bot",
+                    token_hash=token_hash(token),
+                )
+        self._start_if_full(out, cmd, now)
+        return out
+
+    def _seat(self, out: Decision, cmd: SeatPlayer, now: int) -> str:
+        rec = out.record
+        spec = rec.created.seats[cmd.seat - 1]
+        if spec.kind == "bot":
+            raise Reject("bad_token", f"seat {cmd.seat} is the bot {spec.name}'s")
+        if cmd.seat in rec.seated:
+            raise Reject("bad_token", f"seat {cmd.seat} is taken by {rec.seated[cmd.seat].name}")
+        if spec.name and spec.name != cmd.name:
+            raise Reject("bad_token", f"seat {cmd.seat} is reserved for {spec.name}")
+        token = new_human_token()
+        self._emit(
+            out,
+            cmd,
+            now,
+            PlayerSeated,
+            seat=cmd.seat,
+            name=cmd.name,
+            kind="human",
+            token_hash=token_hash(token),
+        )
+        self._start_if_full(out, cmd, now)
+        return token
+
+    def _play(self, out: Decision, cmd: PlayMove, now: int, arrived: int) -> None:
+        rec = out.record
+        self._check_token(rec, cmd.seat, cmd.token)
+        if not rec.started:
+            raise Reject("not_your_turn", f"game {cmd.game_id} has not started: seats are open")
+        if cmd.expected_seq != rec.head:
+            raise Reject(
+                "stale_seq", f"expected seq {cmd.expected_seq} but the log is at {rec.head}"
+            )
+        to_move = rec.to_move
+        if cmd.seat != to_move:
+            raise Reject("not_your_turn", f"seat {to_move} is to move, not seat {cmd.seat}")
+        deadline = rec.deadline
+        if deadline and arrived > deadline:
+            raise Reject(
+                "too_late",
+                f"the move arrived {arrived - deadline} ms after seat {to_move}'s deadline",
+            )
+        state = rec.state
+        colour, ply = state.current_player, state.ply
+        try:
+            move = Move.parse(cmd.move)
+            state.apply(move)
+        except InvalidMoveError as exc:
+            raise Reject("invalid_move", str(exc)) from None
+        except IllegalMoveError as exc:
+            raise Reject("illegal_move", str(exc)) from None
+        # The move is in: from here on `rec` carries it. The log keeps canonical notation.
+        # Every value below comes from the checked command and the engine's own state, so
+        # the event is encoded without building (and validating) a model: this is the
+        # hot path. tests/test_engine_service.py holds the bytes to the model's encoding.
+        to_move = state.seat_to_move
+        seq = rec.head + 1
+        after = state.scores()
+        data = encode_move_played(
+            rec.game_id,
+            seq,
+            now,
+            cmd.command_id,
+            rec.last_hash,
+            ply,
+            cmd.seat,
+            colour,
+            str(move),
+            None if after is None else list(after),
+            rec.colours(),
+            to_move,
+        )
+        rec.head, rec.last_hash, rec.last_time = seq, event_hash(data), now
+        out.events.append(data)
+        outcome = state.outcome()
+        if outcome is not None:
+            winner = state.seat_of(outcome.winner) if outcome.winner else 0
+            scores = list(outcome.scores) if outcome.scores is not None else None
+            self._emit(
+                out,
+                cmd,
+                now,
+                GameEnded,
+                result=winner,
+                scores=scores,
+                reason="natural",
+                detail=outcome.reason,
+            )
+
+    def _timeout(self, out: Decision, cmd: ClaimTimeout, now: int, arrived: int) -> None:
+        rec = out.record
+        if not rec.started:
+            raise Reject("not_your_turn", f"game {cmd.game_id} has not started: no clock runs")
+        if cmd.expected_seq != rec.head:
+            raise Reject(
+                "stale_seq", f"expected seq {cmd.expected_seq} but the log is at {rec.head}"
+            )
+        limit = rec.created.move_time_ms
+        if limit == 0:
+            raise Reject("illegal_move", f"game {cmd.game_id} has no per-move time limit")
+        deadline = rec.deadline
+        if arrived <= deadline:
+            raise Reject("illegal_move", f"seat {rec.to_move} had {deadline - arrived} ms left")
+        late = rec.to_move
+        self._end(
+            out, cmd, now, 3 - late, "time_forfeit", f"seat {late} did not move within {limit} ms"
+        )
+
+    # -- helpers -------------------------------------------------------------------------
+    def _check_token(self, rec: GameRecord, seat: int, token: str) -> None:
+        seated = rec.seated.get(seat)
+        if seated is None:
+            raise Reject("bad_token", f"seat {seat} of game {rec.game_id} is not taken")
+        known = rec.verified.get(seat)
+        if known is not None and hmac.compare_digest(token, known):
+            return
+        if not token_matches(token, seated.token_hash):
+            raise Reject("bad_token", f"wrong token for seat {seat} of game {rec.game_id}")
+        rec.verified[seat] = token
+
+    def _start_if_full(self, out: Decision, cmd: Command, now: int) -> None:
+        rec = out.record
+        if not rec.started and len(rec.seated) == len(rec.created.seats):
+            self._emit(out, cmd, now, GameStarted, to_move=rec.to_move, colours=rec.colours())
+
+    def _end(
+        self, out: Decision, cmd: Command, now: int, winner: int, reason: EndReason, detail: str
+    ) -> None:
+        self._emit(
+            out,
+            cmd,
+            now,
+            GameEnded,
+            result=winner,
+            scores=out.record.scores(),
+            reason=reason,
+            detail=detail,
+        )
+
+    @staticmethod
+    def _emit(out: Decision, cmd: Command, now: int, cls: type[EventBase], **fields: Any) -> None:
+        rec = out.record
+        event = cls(
+            game_id=rec.game_id,
+            seq=rec.head + 1,
+            time=now,
+            command_id=cmd.command_id,
+            prev_hash=rec.last_hash,
+            **fields,
+        )
+        data = encode(event)
+        rec.evolve(event, event_hash(data))
+        out.events.append(data)

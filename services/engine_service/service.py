@@ -1,0 +1,529 @@
+"""The engine service: reads commands, validates them against the rules, appends events.
+
+It is the only writer of game logs. It joins consumer group `engine` on every partition's
+command stream through the shared consumer loop (`services.bus.consumer`) and works in
+batches: decode, decide (`services.engine_service.decide`), commit, reply, acknowledge.
+
+Exactly once in effect: every outcome, rejections included, goes through the store's
+atomic commit, which checks the log head the decision was made on and the command id. A
+seq conflict (another engine appended first) evicts the cached game and the command is
+decided again on the reloaded log; a command id seen before gets its first reply again
+and appends nothing. An entry is acknowledged only after its commit and its reply, so a
+consumer killed at any point leaves work another one finishes. Within one batch, commands
+of one game are committed in rounds, one per game per pipeline, so no decision builds on
+an unconfirmed one.
+
+Clocks are fair: a command is judged by when it reached the command stream. Before a
+timeout claim is decided, the engine looks in the claim's command stream for a move or a
+resignation of that game that arrived before the deadline but is not in the log yet (held
+by an engine that stalled, say) and decides those first, so the claim loses to them.
+
+Bad input never stops the loop: an undecodable command gets a `malformed` or `too_large`
+reply when its `command_id`/`reply_to` can be read, else it goes to the partition's
+dead-letter stream; either way it is acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas.codec import (
+    FIELD,
+    DecodeError,
+    decode_command,
+    encode,
+    encode_accepted,
+)
+from schemas.codec import reply_address as read_reply_address
+from schemas.commands import ClaimTimeout, Command, PlayMove, Resign
+from schemas.replies import Rejected
+from schemas.tokens import server_secret
+from services.bus.cache import LRU
+from services.bus.clients import REPLY_MAXLEN, REPLY_TTL_MS, log_entries
+from services.bus.connection import Client
+from services.bus.consumer import (
+    DEAD_LETTER_MAXLEN,
+    Entry,
+    GroupReader,
+    StreamConsumer,
+    consumer_name,
+    dead_letter_fields,
+    now_ms,
+)
+from services.bus.keys import ENGINE_GROUP, Keys
+from services.engine_service.decide import GameRecord, Reject, Rules
+from services.engine_service.store import Commit, Committed, EventStore, SeqConflict
+
+log = logging.getLogger("agon.engine")
+
+#: A command that keeps conflicting (other engines keep appending to its game) is left
+#: pending after this many tries in one batch; a later claim finishes it.
+MAX_CONFLICT_RETRIES = 8
+#: An entry delivered this many times without being acknowledged is dead-lettered:
+#: something about it kills engines.
+MAX_DELIVERIES = 5
+
+
+def settle_heap() -> None:
+    """Move everything allocated so far (modules, rules tables) out of the collector's sight.
+
+    Call once a serving process has started: a full collection otherwise rescans the
+    whole startup heap, a pause of tens of milliseconds in the middle of serving;
+    afterwards collections see only what the loop itself keeps.
+    """
+    gc.collect()
+    gc.freeze()
+
+
+# -- the service -------------------------------------------------------------------------
+@dataclass
+class Work:
+    entry: Entry
+    command: Command
+    tries: int = 0
+    #: for a timeout claim: the stream was searched for commands that beat its deadline
+    searched: bool = False
+
+
+@dataclass
+class EngineStats:
+    entries: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    duplicates: int = 0
+    conflicts: int = 0
+    malformed: int = 0
+    dead_lettered: int = 0
+    moves: int = 0
+    #: commands decided before a timeout claim because they arrived before its deadline
+    in_time: int = 0
+
+
+@dataclass
+class _Outbox:
+    """What a batch sends once its commits are done: replies, dead letters, acks."""
+
+    replies: list[tuple[str, bytes]] = field(default_factory=list)
+    dead: list[tuple[str, dict[Any, Any]]] = field(default_factory=list)
+    acks: dict[str, list[bytes]] = field(default_factory=dict)
+
+    def ack(self, entry: Entry) -> None:
+        self.acks.setdefault(entry.stream, []).append(entry.entry_id)
+
+
+class EngineService(StreamConsumer):
+    """One engine consumer: `run` until stopped, or `drain` what is there and return."""
+
+    role = "engine"
+    trim_groups = (ENGINE_GROUP,)
+
+    def __init__(
+        self,
+        redis: Client,
+        keys: Keys | None = None,
+        *,
+        consumer: str | None = None,
+        secret: bytes | None = None,
+        batch: int = 256,
+        block_ms: int = 1000,
+        claim_idle_ms: int = 10_000,
+        cache_size: int = 10_000,
+        clock: Callable[[], int] = now_ms,
+        arrival: Callable[[Entry], int] | None = None,
+        reply_ttl_ms: int = 24 * 3_600_000,
+    ) -> None:
+        self.redis = redis
+        self.keys = keys or Keys()
+        self.store = EventStore(redis, self.keys, reply_ttl_ms=reply_ttl_ms)
+        self.consumer = consumer or consumer_name("engine")
+        self.rules = Rules(secret if secret is not None else server_secret())
+        self.block_ms = block_ms
+        self.clock = clock
+        # Commands are judged by when they reached Redis (entry ids); a test that sets the
+        # engine's clock judges them by that clock instead.
+        self.arrival = arrival or (
+            (lambda entry: entry.arrived_ms) if clock is now_ms else (lambda entry: clock())
+        )
+        self.counts = EngineStats()
+        self._cache: LRU[str, GameRecord] = LRU(cache_size)
+        self._streams = {self.keys.commands(p): p for p in self.keys.all_partitions()}
+        self.reader = GroupReader(
+            redis,
+            list(self._streams),
+            ENGINE_GROUP,
+            self.consumer,
+            heartbeats=self.keys.processes(),
+            count=batch,
+            claim_idle_ms=claim_idle_ms,
+            max_deliveries=MAX_DELIVERIES,
+        )
+        self.dead_letter = self.keys.dead_letter(0)
+        self._flushing: asyncio.Future[None] | None = None
+
+    def stats(self) -> dict[str, int]:
+        c = self.counts
+        return {
+            "entries": c.entries,
+            "moves": c.moves,
+            "accepted": c.accepted,
+            "rejected": c.rejected,
+            "conflicts": c.conflicts,
+            "malformed": c.malformed,
+            "dead": c.dead_lettered + self.entries_set_aside,
+        }
+
+    def dead_letter_for(self, entry: Entry) -> str:
+        return self.keys.dead_letter(self._streams.get(entry.stream, 0))
+
+    def forget(self) -> None:
+        self._cache.clear()
+
+    async def settle(self) -> None:
+        await self._flushed()
+
+    async def read_new(self, block_ms: int | None) -> list[Entry]:
+        """New entries from every partition (up to `batch` each); block up to `block_ms`."""
+        await self.setup()
+        return await self.reader.read(block_ms)
+
+    # -- processing ------------------------------------------------------------------------
+    async def process(self, entries: Sequence[Entry]) -> None:
+        """Decide, commit, reply and acknowledge a batch of entries."""
+        await self._process(entries)
+        await self._flushed()
+
+    async def _process(self, entries: Sequence[Entry]) -> None:
+        """Decide and commit a batch; its replies and acks leave in the background.
+
+        The serving loops go on to read and decide the next batch while Redis takes
+        this one's replies and acks: one round trip less between a command and the
+        next. At most one flush is in flight, so replies keep their order; a failed
+        flush leaves its entries pending (their commits are done and remembered), so a
+        later delivery answers them again from the replies memory.
+        """
+        if not entries:
+            return
+        self.counts.entries += len(entries)
+        out = _Outbox()
+        pending: list[Work] = []
+        for entry in entries:
+            work = self._decode(entry, out)
+            if work is not None:
+                pending.append(work)
+        while pending:
+            pending = await self._round(pending, out)
+        try:
+            await self._flushed()
+        except Exception:
+            # This batch's flush must still go out; the failed one's entries stay pending.
+            log.exception("engine %s: replies and acks of a batch failed", self.consumer)
+        if out.replies or out.dead or out.acks:
+            self._flushing = asyncio.ensure_future(self._flush(out))
+
+    async def _flushed(self) -> None:
+        """Wait for the flush in flight, if any (it raises here if it failed)."""
+        task, self._flushing = self._flushing, None
+        if task is not None:
+            await task
+
+    def _decode(self, entry: Entry, out: _Outbox) -> Work | None:
+        if entry.data is None:
+            self._to_dead_letter(entry, f"no field {FIELD!r}", out)
+            return None
+        try:
+            cmd = decode_command(entry.data)
+        except DecodeError as exc:
+            self.counts.malformed += 1
+            address = read_reply_address(entry.data)
+            if address is not None and self._reply_ok(address[1]):
+                command_id, reply_to = address
+                reply = Rejected(command_id=command_id, code=exc.code, message=exc.message)
+                out.replies.append((reply_to, encode(reply)))
+                out.ack(entry)
+            else:
+                self._to_dead_letter(entry, f"{exc.code}: {exc.message}", out)
+            return None
+        if cmd.reply_to and not self._reply_ok(cmd.reply_to):
+            self.counts.malformed += 1
+            prefix = self.keys.reply_stream("")
+            self._to_dead_letter(entry, f"reply_to {cmd.reply_to!r} is outside {prefix}*", out)
+            return None
+        return Work(entry, cmd)
+
+    def _reply_ok(self, stream: str) -> bool:
+        # Replies go only to reply streams: a crafted reply_to must not write into a log.
+        return self.keys.is_reply_stream(stream)
+
+    async def _round(self, pending: list[Work], out: _Outbox) -> list[Work]:
+        """Commit at most one command per game; return what is left for the next round."""
+        now = self.clock()
+        this: list[Work] = []
+        later: list[Work] = []
+        games: set[str] = set()
+        for work in pending:
+            gid = work.command.game_id
+            (later if gid in games else this).append(work)
+            games.add(gid)
+        records, broken = await self._records(games)
+        this, later = await self._in_time_first(this, later, records, pending)
+        commits: list[Commit] = []
+        decided: list[Work] = []
+        for work in this:
+            gid = work.command.game_id
+            if gid in broken:
+                self._fail(work, broken[gid], out)
+                continue
+            commit = self._decide(work, records.get(gid), now, out)
+            if commit is not None:
+                commits.append(commit)
+                decided.append(work)
+        try:
+            results = await self.store.commit_many(commits)
+        except BaseException:
+            # Nobody knows which decisions reached the log: forget them all.
+            for gid in games:
+                self._evict(gid)
+            raise
+        retry: list[Work] = []
+        for work, commit, result in zip(decided, commits, results, strict=True):
+            if isinstance(result, SeqConflict):
+                self.counts.conflicts += 1
+                self._evict(work.command.game_id)
+                work.tries += 1
+                if work.tries < MAX_CONFLICT_RETRIES:
+                    retry.append(work)
+                else:
+                    log.warning(
+                        "engine %s: %s keeps conflicting; left pending",
+                        self.consumer,
+                        work.entry.entry_id,
+                    )
+                continue
+            self._settle(work, commit, result, out)
+        return retry + later
+
+    async def _in_time_first(
+        self,
+        this: list[Work],
+        later: list[Work],
+        records: dict[str, GameRecord],
+        batch: Sequence[Work],
+    ) -> tuple[list[Work], list[Work]]:
+        """Put before each timeout claim the moves that arrived before its deadline.
+
+        Such a move may sit with another engine (stalled, or slower): it is read again
+        from the command stream and decided here first; the other engine's copy then gets
+        the same reply and appends nothing. Returns the new (this round, later rounds).
+        """
+        claims = []
+        for work in this:
+            rec = records.get(work.command.game_id)
+            if isinstance(work.command, ClaimTimeout) and not work.searched and rec is not None:
+                work.searched = True
+                if rec.deadline and work.command.expected_seq == rec.head:
+                    claims.append((work, rec))
+        if not claims:
+            return this, later
+        pipe = self.redis.pipeline(transaction=False)
+        for work, rec in claims:
+            # Slack before the turn began, for clocks that disagree a little.
+            pipe.xrange(work.entry.stream, rec.last_time - 5000, rec.deadline)
+        known = {(w.entry.stream, w.entry.entry_id) for w in batch}
+        for (claim, rec), rows in zip(claims, await pipe.execute(), strict=True):
+            found = []
+            for entry_id, fields in rows:
+                entry = Entry(claim.entry.stream, entry_id, fields.get(b"m"))
+                if (entry.stream, entry_id) in known or entry.data is None:
+                    continue
+                try:
+                    cmd = decode_command(entry.data)
+                except DecodeError:
+                    continue
+                if cmd.game_id == rec.game_id and isinstance(cmd, PlayMove | Resign):
+                    found.append(Work(entry, cmd))
+            if found:
+                self.counts.in_time += len(found)
+                log.info(
+                    "engine %s: %d command(s) of game %s arrived before its deadline: "
+                    "deciding them before the timeout claim",
+                    self.consumer,
+                    len(found),
+                    rec.game_id,
+                )
+                at = this.index(claim)
+                this[at] = found[0]
+                later = [*found[1:], claim, *later]
+        return this, later
+
+    def _decide(self, work: Work, rec: GameRecord | None, now: int, out: _Outbox) -> Commit | None:
+        cmd = work.command
+        head = rec.head if rec is not None else 0
+        try:
+            decision = self.rules.decide(rec, cmd, now, self.arrival(work.entry))
+        except Reject as rej:
+            reply = Rejected(
+                command_id=cmd.command_id,
+                game_id=cmd.game_id,
+                code=rej.code,
+                message=rej.message,
+                seq=head,
+            )
+            # Without a game there is nothing to attach a memory to; the head check still
+            # proves that no game appeared meanwhile.
+            return Commit(
+                cmd.game_id,
+                head,
+                cmd.command_id,
+                encode(reply),
+                (),
+                now,
+                rec is not None,
+                self._ack_in_commit(work),
+            )
+        except Exception as exc:
+            # A bug: never kill the loop for it.
+            log.exception("engine %s: cannot process %s", self.consumer, work.entry.entry_id)
+            self._evict(cmd.game_id)
+            self._fail(work, f"engine error: {type(exc).__name__}: {exc}", out)
+            return None
+        self._cache_put(decision.record)
+        accepted = encode_accepted(
+            cmd.command_id, cmd.game_id, decision.record.head, decision.token
+        )
+        return Commit(
+            cmd.game_id,
+            head,
+            cmd.command_id,
+            accepted,
+            decision.events,
+            now,
+            ack=self._ack_in_commit(work),
+        )
+
+    def _ack_in_commit(self, work: Work) -> bytes:
+        """The entry id for the commit script to acknowledge, or b"" to ack after replying.
+
+        A command nobody waits on (bots send none) is done once committed, so its ack
+        rides in the commit; one with a reply is acknowledged only after the reply went
+        out. The script can only ack on its own partition's command stream.
+        """
+        if work.command.reply_to:
+            return b""
+        entry = work.entry
+        if self._streams.get(entry.stream) != self.store.partition(work.command.game_id):
+            return b""
+        return entry.entry_id
+
+    def _settle(self, work: Work, commit: Commit, result: Committed, out: _Outbox) -> None:
+        cmd = work.command
+        if result.duplicate:
+            self.counts.duplicates += 1
+            if commit.events:
+                # The events were decided but not appended: the cached record ran ahead.
+                self._evict(cmd.game_id)
+        elif commit.events:
+            self.counts.accepted += 1
+            if isinstance(cmd, PlayMove):
+                self.counts.moves += 1
+            rec = self._cache.get(cmd.game_id)
+            if rec is not None and rec.ended is not None:
+                self._evict(cmd.game_id)  # finished games only ever get rejections now
+        else:
+            self.counts.rejected += 1
+        if cmd.reply_to:
+            out.replies.append((cmd.reply_to, result.reply))
+        if not commit.ack:
+            out.ack(work.entry)  # else the commit script acknowledged it
+
+    def _fail(self, work: Work, reason: str, out: _Outbox) -> None:
+        """A command the engine cannot handle at all: dead-letter it, tell the sender."""
+        cmd = work.command
+        self._to_dead_letter(work.entry, reason, out)
+        if cmd.reply_to:
+            reply = Rejected(
+                command_id=cmd.command_id,
+                game_id=cmd.game_id,
+                code="malformed",
+                message=f"the engine could not process this command: {reason}",
+            )
+            out.replies.append((cmd.reply_to, encode(reply)))
+
+    def _to_dead_letter(self, entry: Entry, reason: str, out: _Outbox) -> None:
+        self.counts.dead_lettered += 1
+        log.warning(
+            "engine %s: dead-lettering %s %s: %s",
+            self.consumer,
+            entry.stream,
+            entry.entry_id,
+            reason,
+        )
+        p = self._streams.get(entry.stream, 0)
+        fields = dead_letter_fields(entry, reason, consumer=self.consumer)
+        out.dead.append((self.keys.dead_letter(p), fields))
+        out.ack(entry)
+
+    async def _flush(self, out: _Outbox) -> None:
+        """Send replies and dead letters, then acknowledge: never ack what is not done.
+
+        One pipeline: Redis runs it in order, so every acknowledgement lands after the
+        replies and dead letters of its batch.
+        """
+        if not (out.replies or out.dead or out.acks):
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for stream, data in out.replies:
+            pipe.xadd(stream, {FIELD: data}, maxlen=REPLY_MAXLEN, approximate=True)
+        for stream in {stream for stream, _ in out.replies}:
+            # A reply stream outlives its reader by an hour at most.
+            pipe.pexpire(stream, REPLY_TTL_MS)
+        for stream, fields in out.dead:
+            pipe.xadd(stream, fields, maxlen=DEAD_LETTER_MAXLEN, approximate=True)
+        for stream, ids in out.acks.items():
+            pipe.xack(stream, ENGINE_GROUP, *ids)
+        for result in await pipe.execute(raise_on_error=False):
+            if isinstance(result, Exception):
+                # e.g. a reply_to that names a key of another type: the command is done
+                # and its reply remembered, so a retry by the sender still gets it.
+                log.warning("engine %s: reply or dead letter failed: %s", self.consumer, result)
+
+    # -- the cache of live games ---------------------------------------------------------
+    async def _records(self, game_ids: set[str]) -> tuple[dict[str, GameRecord], dict[str, str]]:
+        """Records of these games, from the cache or rebuilt from their logs in one trip.
+
+        The second map names games whose logs do not replay, with the reason.
+        """
+        found: dict[str, GameRecord] = {}
+        broken: dict[str, str] = {}
+        missing: list[str] = []
+        for gid in game_ids:
+            rec = self._cache.get(gid)
+            if rec is None:
+                missing.append(gid)
+            else:
+                found[gid] = rec
+        if missing:
+            pipe = self.redis.pipeline(transaction=False)
+            for gid in missing:
+                pipe.xrange(self.keys.log(gid), "-", "+")
+            for gid, rows in zip(missing, await pipe.execute(), strict=True):
+                try:
+                    rec = GameRecord.from_log(gid, log_entries(rows))
+                except Exception as exc:
+                    log.exception("engine %s: game %s's log does not replay", self.consumer, gid)
+                    broken[gid] = f"the log of game {gid} does not replay: {exc}"
+                    continue
+                if rec is not None:
+                    found[gid] = rec
+                    self._cache_put(rec)
+        return found, broken
+
+    def _cache_put(self, rec: GameRecord) -> None:
+        self._cache.put(rec.game_id, rec)
+
+    def _evict(self, game_id: str) -> None:
+        self._cache.pop(game_id)

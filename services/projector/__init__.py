@@ -1,0 +1,26 @@
+"""The projector: read models folded from the game logs.
+
+`fold` is the one fold of a game's events; `registry` declares every read model (its keys
+and one game's cells) and the guarded write; `live` keeps them up to date from the feeds;
+`rebuild` recomputes them from the logs (safe while play goes on); `verify` checks every
+log and compares the read models with what the logs imply.
+"""
+
+from services.projector.fold import GameFold, fold
+from services.projector.live import Projector
+from services.projector.rebuild import RebuildStats, rebuild
+from services.projector.registry import READ_MODELS
+from services.projector.verify import VerifyReport, compare_read_models, snapshot, verify
+
+__all__ = [
+    "READ_MODELS",
+    "GameFold",
+    "Projector",
+    "RebuildStats",
+    "VerifyReport",
+    "compare_read_models",
+    "fold",
+    "rebuild",
+    "snapshot",
+    "verify",
+]

@@ -1,0 +1,234 @@
+"""The one fold of a game's events: position and facts of its log, from event maps.
+
+`GameFold` folds the events of one game, in seq order, into the engine position and the
+facts the read models, the dispatcher and verify need: seats, status, seat to move, ply,
+scores, last move, result and the moves so far. Events come as msgpack maps typed by
+`schemas.events.EventMap` (decoding full models costs more than the fold itself): the
+engine checked every event on its way into the log, and `verify` checks the models again.
+
+Replaying a move goes through the engine's unchecked action path, with the notation of
+each (rules, options) memoised: parsing is a good part of replaying.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine import Game, Move, State, load_game
+from schemas.events import EventMap, GameCreatedMap, MovePlayedMap
+
+#: Version of the view JSON layout; bump when fields change (then `agon rebuild`).
+VIEW_VERSION = 1
+
+
+def dumps(obj: Any) -> bytes:
+    """Canonical JSON: sorted keys, no spaces, so equal views are equal bytes."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@dataclass
+class GameFold:
+    """One game folded from its events: the engine position plus the facts of the log."""
+
+    game_id: str
+    created: GameCreatedMap
+    game: Game | None
+    state: State | None
+    error: str = ""
+    seq: int = 0
+    status: str = "waiting"
+    seats: list[dict[str, Any]] = field(default_factory=list)
+    to_move: int = 0
+    ply: int = 0
+    scores: list[int] | None = None
+    last_move: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+    updated: int = 0
+    #: every move so far, in notation
+    moves: list[str] = field(default_factory=list)
+    #: move text -> action code, shared by every game with the same rules and options
+    actions: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, ev: EventMap, *, replay: bool = True) -> GameFold:
+        """A fold from a `GameCreated` map; an unknown game becomes an error view.
+
+        Without `replay` the engine position is not kept (readers that need only the facts
+        of the log, such as the dispatcher).
+        """
+        if ev["type"] != "game_created":
+            raise ValueError(f"game {ev['game_id']}: log starts with {ev['type']!r}")
+        game: Game | None = None
+        state: State | None = None
+        actions: dict[str, int] = {}
+        error = ""
+        try:
+            if replay:
+                game, actions = _rules(ev["game"], tuple(sorted(ev["options"].items())))
+                state = game.new_initial_state()
+        except ValueError as exc:
+            error = str(exc)
+        seats = [
+            {"seat": i, "kind": s["kind"], "name": s["name"], "colour": i, "seated": False}
+            for i, s in enumerate(ev["seats"], start=1)
+        ]
+        proj = cls(ev["game_id"], ev, game, state, error, seats=seats, actions=actions)
+        if state is not None:
+            scores = state.scores()
+            proj.scores = None if scores is None else list(scores)
+        proj.seq = ev["seq"]
+        proj.updated = ev["time"]
+        return proj
+
+    def apply(self, ev: EventMap) -> None:
+        """Fold the next event (seq must follow on)."""
+        self.extend((ev,))
+
+    def extend(self, events: Iterable[EventMap]) -> None:
+        """Fold the next events, in seq order (each seq must follow on).
+
+        Replaying moves is the bulk of a fold (and of `rebuild`), so a move only goes to the
+        engine, through the unchecked action path: the engine checked it before logging it,
+        and `verify` checks it again. The facts a move event carries (ply, seat to move,
+        scores, colours, last move) are each the newest one's, so only the move before
+        another kind of event, or the last one, sets them. A fold that raises midway leaves
+        the projection half-updated: callers drop it.
+        """
+        state = self.state
+        actions = self.actions
+        seq = self.seq
+        last_move: MovePlayedMap | None = None
+        ev: EventMap | None = None
+        for ev in events:
+            seq += 1
+            if ev["seq"] != seq:
+                raise ValueError(f"game {self.game_id}: event seq {ev['seq']} after {seq - 1}")
+            if ev["type"] == "move_played":
+                if state is not None:
+                    text = ev["move"]
+                    action = actions.get(text)
+                    if action is None:
+                        action = actions[text] = state.game.action_of(Move.parse(text))
+                    state.apply_action(action)
+                self.moves.append(ev["move"])
+                last_move = ev
+                continue
+            if last_move is not None:
+                self._moved(last_move)
+                last_move = None
+            self._other(ev)
+        if last_move is not None:
+            self._moved(last_move)
+        if ev is not None:
+            self.seq = seq
+            self.updated = ev["time"]
+
+    def _other(self, ev: EventMap) -> None:
+        if ev["type"] == "player_seated":
+            seat = self.seats[ev["seat"] - 1]
+            seat["name"], seat["kind"], seat["seated"] = ev["name"], ev["kind"], True
+        elif ev["type"] == "game_started":
+            self.status = "playing"
+            self.to_move = ev["to_move"]
+            self._colours(ev["colours"])
+        elif ev["type"] == "game_ended":
+            self.status = "ended"
+            self.to_move = 0
+            self.result = {
+                "winner": ev["result"],
+                "reason": ev["reason"],
+                "detail": ev.get("detail", ""),
+                "scores": ev["scores"],
+            }
+            if ev["scores"] is not None:
+                self.scores = list(ev["scores"])
+        else:
+            raise ValueError(f"game {self.game_id}: unexpected {ev['type']!r} at seq {ev['seq']}")
+
+    def _moved(self, ev: MovePlayedMap) -> None:
+        """The facts of a move event, once its move (and every one before) is replayed."""
+        self.ply = ev["ply"] + 1
+        self.to_move = ev["to_move"]
+        self.scores = ev["scores_after"]
+        self._colours(ev["colours"])
+        self.last_move = {"ply": ev["ply"], "seat": ev["seat"], "move": ev["move"]}
+
+    @property
+    def deadline(self) -> int:
+        """When the seat to move must have moved (ms; 0: no clock, or nobody to move)."""
+        limit = self.created["move_time_ms"]
+        return self.updated + limit if limit and self.status == "playing" else 0
+
+    def colour_of(self, seat: int) -> int:
+        colour: int = self.seats[seat - 1]["colour"]
+        return colour
+
+    def _colours(self, colours: Sequence[int]) -> None:
+        seats = self.seats
+        if seats[0]["colour"] != colours[0] or seats[1]["colour"] != colours[1]:
+            for seat, colour in zip(seats, colours, strict=True):
+                seat["colour"] = colour
+
+    def view(self) -> dict[str, Any]:
+        c = self.created
+        move_time = c["move_time_ms"]
+        view: dict[str, Any] = {
+            "v": VIEW_VERSION,
+            "game_id": self.game_id,
+            "game": c["game"],
+            "options": c["options"],
+            "board": self.game.board.name if self.game is not None else "",
+            "seats": self.seats,
+            "move_time_ms": move_time,
+            "seed": c["seed"],
+            "engine_version": c["engine_version"],
+            "status": self.status,
+            "seq": self.seq,
+            "ply": self.ply,
+            "to_move": self.to_move,
+            "position": self.state.board_string() if self.state is not None else "",
+            "scores": self.scores,
+            "last_move": self.last_move,
+            "result": self.result,
+            "created": c["time"],
+            "updated": self.updated,
+            "deadline": self.deadline,
+        }
+        if self.error:
+            view["error"] = self.error
+        state = self.state
+        if state is not None:
+            if self.to_move and self.seats[self.to_move - 1]["kind"] == "human":
+                # People need the legal moves to play; bots compute their own.
+                view["legal"] = [str(m) for m in state.legal_moves()]
+            display = state.display()
+            if display is not None:
+                view["display"] = display.to_dict()
+        return view
+
+    def view_bytes(self) -> bytes:
+        return dumps(self.view())
+
+
+@functools.cache
+def _rules(name: str, options: tuple[tuple[str, str], ...]) -> tuple[Game, dict[str, int]]:
+    """One `Game` per rules and options (building one costs more than a short game), and
+    a memo of its notation: parsing a move is a good part of replaying it."""
+    return load_game(name, **dict(options)), {}
+
+
+def fold(game_id: str, events: Iterable[EventMap]) -> GameFold:
+    """Fold a whole log's event maps into its projection."""
+    it = iter(events)
+    first = next(it, None)
+    if first is None:
+        raise ValueError(f"game {game_id} has an empty log")
+    proj = GameFold.start(first)
+    if proj.game_id != game_id:
+        raise ValueError(f"the log of game {game_id} belongs to game {proj.game_id}")
+    proj.extend(it)
+    return proj

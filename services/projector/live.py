@@ -1,0 +1,189 @@
+"""The live projector: keeps every registered read model up to date from the partition feeds.
+
+It consumes every partition's feed (group `projector`) through the shared consumer loop. A
+batch's events are grouped by game; each game is folded on from its cached fold (or from
+the stored `seen` seq, by reading the log) and its cells are written with the registry's
+guarded write, which refuses a write unless the stored seq is exactly the one the fold
+started from. A refused write (another projector or a rebuild got there first) drops the
+cached fold and folds the game again from its log. A gap (a restart, a trimmed feed, a
+lost race) folds from the log too, so the read models always end at the log's head.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from schemas.codec import FIELD, DecodeError, unpack, unpack_event
+from schemas.events import EventMap
+from services.bus.cache import LRU
+from services.bus.clients import log_entries
+from services.bus.connection import Client
+from services.bus.consumer import Entry, GroupReader, StreamConsumer, consumer_name
+from services.bus.keys import DISPATCHER_GROUP, PROJECTOR_GROUP, Keys
+from services.projector.fold import GameFold, fold
+from services.projector.registry import Write, write
+
+log = logging.getLogger("agon.projector")
+
+#: Groups that read the feeds: an entry is trimmed once all of them have acknowledged it.
+FEED_GROUPS = (PROJECTOR_GROUP, DISPATCHER_GROUP)
+
+
+def feed_event(entry: Entry) -> EventMap:
+    """The event map of a feed entry, checked for the two fields events are routed by."""
+    if entry.data is None:
+        raise DecodeError("malformed", f"no field {FIELD!r}")
+    ev: Any = unpack(entry.data)
+    if not isinstance(ev.get("game_id"), str) or not isinstance(ev.get("seq"), int):
+        raise DecodeError("malformed", "no game_id/seq")
+    event: EventMap = ev
+    return event
+
+
+class Projector(StreamConsumer):
+    """Consumes every partition's feed into the read models: `run` or `drain`."""
+
+    role = "projector"
+    trim_groups = FEED_GROUPS
+
+    def __init__(
+        self,
+        redis: Client,
+        keys: Keys | None = None,
+        *,
+        consumer: str | None = None,
+        batch: int = 1000,
+        block_ms: int = 1000,
+        claim_idle_ms: int = 30_000,
+        cache_size: int = 20_000,
+    ) -> None:
+        self.redis = redis
+        self.keys = keys or Keys()
+        self.reader = GroupReader(
+            redis,
+            [self.keys.feed(p) for p in self.keys.all_partitions()],
+            PROJECTOR_GROUP,
+            consumer or consumer_name("projector"),
+            heartbeats=self.keys.processes(),
+            count=batch,
+            claim_idle_ms=claim_idle_ms,
+        )
+        self.dead_letter = self.keys.reader_dead_letter()
+        self.block_ms = block_ms
+        #: events read, game writes done, games folded again from their logs
+        self.events = 0
+        self.writes = 0
+        self.refolds = 0
+        self._cache: LRU[str, GameFold] = LRU(cache_size)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "events": self.events,
+            "writes": self.writes,
+            "refolds": self.refolds,
+            "set_aside": self.entries_set_aside,
+        }
+
+    def forget(self) -> None:
+        """A failed batch may have folded events it never wrote: fold from Redis again."""
+        self._cache.clear()
+
+    async def process(self, entries: Sequence[Entry]) -> None:
+        by_game: dict[str, list[EventMap]] = {}
+        for entry in entries:
+            try:
+                ev = feed_event(entry)
+            except DecodeError as exc:
+                # Only the event store writes feeds, so this is corruption to report, not a
+                # reason to stop; `agon verify` reads the logs, the source of truth.
+                await self.set_aside(entry, f"{exc.code}: {exc.message}")
+                continue
+            self.events += 1
+            by_game.setdefault(ev["game_id"], []).append(ev)
+        pending = list(by_game)
+        for _ in range(3):
+            if not pending:
+                break
+            pending = await self._project(pending, by_game)
+        if pending:
+            log.warning("projector: %d games kept racing; their next event retries", len(pending))
+        await self.reader.ack(entries)
+
+    async def _project(self, game_ids: list[str], by_game: dict[str, list[EventMap]]) -> list[str]:
+        """Fold and write the games' new events; return the games whose write was refused."""
+        uncached = [g for g in game_ids if g not in self._cache]
+        seen: dict[str, int] = {}
+        if uncached:
+            pipe = self.redis.pipeline(transaction=False)
+            for gid in uncached:
+                pipe.hget(self.keys.projector_seen(self.keys.partition(gid)), gid)
+            for gid, value in zip(uncached, await pipe.execute(), strict=True):
+                seen[gid] = int(value or 0)
+        writes: list[Write] = []
+        refold: list[str] = []
+        for gid in game_ids:
+            game = self._cache.get(gid)
+            stored = game.seq if game is not None else seen[gid]
+            fresh = {ev["seq"]: ev for ev in by_game[gid] if ev["seq"] > stored}
+            if not fresh:
+                continue  # all projected already (a redelivery)
+            if game is None and stored == 0 and 1 in fresh:
+                # A new game whose log so far is all in this batch: no need to read it.
+                try:
+                    game = GameFold.start(fresh.pop(1))
+                except Exception:
+                    log.exception("projector: game %s does not start", gid)
+                    continue
+            seqs = sorted(fresh)
+            if game is None or seqs != list(range(game.seq + 1, game.seq + 1 + len(seqs))):
+                self._cache.pop(gid)
+                seen[gid] = stored
+                refold.append(gid)
+                continue
+            try:
+                game.extend(fresh[s] for s in seqs)
+            except Exception:
+                log.exception("projector: game %s does not fold; dropped from cache", gid)
+                self._cache.pop(gid)
+                continue
+            writes.append(Write(game, stored, stored))
+        writes.extend(await self._refold(refold, seen))
+        return await self._write(writes)
+
+    async def _refold(self, game_ids: list[str], seen: dict[str, int]) -> list[Write]:
+        """Fold games from their logs (a cache miss or a gap) up to the log head."""
+        if not game_ids:
+            return []
+        self.refolds += len(game_ids)
+        pipe = self.redis.pipeline(transaction=False)
+        for gid in game_ids:
+            pipe.xrange(self.keys.log(gid), "-", "+")
+        out = []
+        for gid, rows in zip(game_ids, await pipe.execute(), strict=True):
+            try:
+                game = fold(gid, [unpack_event(e.data) for e in log_entries(rows)])
+            except Exception:
+                log.exception("projector: the log of game %s does not fold; skipped", gid)
+                continue
+            out.append(Write(game, seen[gid], seen[gid]))
+        return out
+
+    async def _write(self, writes: list[Write]) -> list[str]:
+        results = await write(self.redis, self.keys, writes)
+        refused: list[str] = []
+        for w, result in zip(writes, results, strict=True):
+            game = w.game
+            if result != -1:
+                # Someone else projected this game meanwhile: fold again from what is stored.
+                self._cache.pop(game.game_id)
+                if result < game.seq:
+                    refused.append(game.game_id)
+                continue
+            self.writes += 1
+            if game.status == "ended":
+                self._cache.pop(game.game_id)  # nothing more will happen to it
+            else:
+                self._cache.put(game.game_id, game)
+        return refused

@@ -1,0 +1,232 @@
+"""Read models by registry: each declares its keys and what one game contributes to them.
+
+A read model is a function of the game logs. Here each one says, for one folded game,
+which cells it owns: a string key, a member of a sorted set or a field of a hash, with
+the value it must hold, or `None` when it must be absent (a game that is now `ended` must
+not be in the `playing` set). The cells of a game are a complete statement about that game,
+so the same write serves the live projector (after each batch), `rebuild` (from the whole
+log) and `verify` (what the stored models must equal). A new read model is one more class
+in `READ_MODELS`: projected, rebuilt and verified with no further code.
+
+Every write of a game's cells is one Lua script in the game's partition (all its keys
+carry the `{p}` tag) that also records the seq the cells were folded to (`proj:seen`),
+and refuses the write unless the stored seq is in the range the writer folded from: the
+live projector writes only on top of exactly what it folded (`lo == hi == seen`), rebuild
+only where the stored models are not ahead of its fold (`0 <= seen <= seq`). Nothing is a
+counter, so a write never depends on what it replaces: rebuilding while play goes on, or
+writing the same cells twice, leaves the right models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from services.bus.keys import Keys
+from services.bus.scripts import Script
+from services.projector.fold import GameFold
+
+STATUSES = ("waiting", "playing", "ended")
+
+Kind = Literal["string", "zset", "hash"]
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One value a read model holds for a game; `value` None means: must be absent."""
+
+    kind: Kind
+    key: str
+    #: the member (zset) or field (hash) of the game, its game id first (up to a "|");
+    #: "" for a string key
+    field: str
+    value: bytes | str | int | None
+
+
+class ReadModel(Protocol):
+    """A read model: its keys (as SCAN patterns) and one game's cells."""
+
+    name: str
+
+    def patterns(self, keys: Keys) -> list[str]:
+        """SCAN patterns that match every key of this model in every partition, and no
+        key of any other model."""
+        ...
+
+    def cells(self, keys: Keys, game: GameFold) -> list[Cell]: ...
+
+
+class GameViews:
+    """`view:<id>`: the game's view as canonical JSON (board, seats, status, scores...)."""
+
+    name = "views"
+
+    def patterns(self, keys: Keys) -> list[str]:
+        return [keys.view_pattern()]
+
+    def cells(self, keys: Keys, game: GameFold) -> list[Cell]:
+        return [Cell("string", keys.view(game.game_id), "", game.view_bytes())]
+
+
+class GameIndex:
+    """Sorted sets of game ids by status, game, player and time, scored by creation time."""
+
+    name = "index"
+
+    def patterns(self, keys: Keys) -> list[str]:
+        return [keys.index_pattern()]
+
+    def cells(self, keys: Keys, game: GameFold) -> list[Cell]:
+        gid = game.game_id
+        p = keys.partition(gid)
+        t = game.created["time"]
+        out = [
+            Cell("zset", keys.index_time(p), gid, t),
+            Cell("zset", keys.index_game(p, game.created["game"]), gid, t),
+        ]
+        for status in STATUSES:
+            value = t if status == game.status else None
+            out.append(Cell("zset", keys.index_status(p, status), gid, value))
+        for name in sorted({s["name"] for s in game.seats if s["name"]}):
+            out.append(Cell("zset", keys.index_player(p, name), gid, t))
+        return out
+
+
+class BotResults:
+    """`botresults:<bot>`: per bot, each finished game's outcome for it (field "<id>|<seat>":
+    a bot may hold both seats)."""
+
+    name = "bot-results"
+
+    def patterns(self, keys: Keys) -> list[str]:
+        return [keys.bot_results_pattern()]
+
+    def cells(self, keys: Keys, game: GameFold) -> list[Cell]:
+        p = keys.partition(game.game_id)
+        out = []
+        for seat in game.seats:
+            if seat["kind"] != "bot":
+                continue
+            outcome = _outcome(game, seat["seat"]) if game.status == "ended" else None
+            cell_field = f"{game.game_id}|{seat['seat']}"
+            out.append(Cell("hash", keys.bot_results(p, seat["name"]), cell_field, outcome))
+        return out
+
+
+def _outcome(game: GameFold, seat: int) -> str:
+    result = game.result or {}
+    if result.get("reason") == "abort":
+        return "aborted"
+    winner = result.get("winner", 0)
+    if winner == 0:
+        return "draws"
+    return "wins" if winner == seat else "losses"
+
+
+#: Every read model. The projector's own bookkeeping (`proj:seen`) is kept beside them.
+READ_MODELS: list[ReadModel] = [GameViews(), GameIndex(), BotResults()]
+
+
+def all_patterns(keys: Keys) -> list[str]:
+    """SCAN patterns of every read model and of the projector's bookkeeping."""
+    models = (pattern for m in READ_MODELS for pattern in m.patterns(keys))
+    return [keys.projector_seen_pattern(), *models]
+
+
+def game_cells(keys: Keys, game: GameFold) -> list[Cell]:
+    return [cell for model in READ_MODELS for cell in model.cells(keys, game)]
+
+
+# -- the guarded write ---------------------------------------------------------------------
+# KEYS: seen hash, then the cells' keys. ARGV: game id, lo, hi, new seen, then per cell
+# an op and its arguments: "S" key value (SET) | "X" key (DEL) | "Z" key member score
+# (ZADD) | "R" key member (ZREM) | "H" key field value (HSET) | "D" key field (HDEL); a key
+# is an index into KEYS. Returns -1 when written, else the stored seen that refused it.
+_WRITE = Script(
+    """
+local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+if cur < tonumber(ARGV[2]) or cur > tonumber(ARGV[3]) then return cur end
+local i = 5
+while i <= #ARGV do
+  local op, key = ARGV[i], KEYS[tonumber(ARGV[i + 1])]
+  if op == 'S' then redis.call('SET', key, ARGV[i + 2]); i = i + 3
+  elseif op == 'X' then redis.call('DEL', key); i = i + 2
+  elseif op == 'Z' then redis.call('ZADD', key, ARGV[i + 3], ARGV[i + 2]); i = i + 4
+  elseif op == 'R' then redis.call('ZREM', key, ARGV[i + 2]); i = i + 3
+  elseif op == 'H' then redis.call('HSET', key, ARGV[i + 2], ARGV[i + 3]); i = i + 4
+  elseif op == 'D' then redis.call('HDEL', key, ARGV[i + 2]); i = i + 3
+  else return redis.error_reply('unknown op ' .. op) end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[4])
+return -1
+"""
+)
+
+_OPS: dict[tuple[Kind, bool], str] = {
+    ("string", True): "S",
+    ("string", False): "X",
+    ("zset", True): "Z",
+    ("zset", False): "R",
+    ("hash", True): "H",
+    ("hash", False): "D",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One game's cells, to be written if the stored seen lies in [lo, hi]."""
+
+    game: GameFold
+    lo: int
+    hi: int
+
+
+def _call(keys: Keys, w: Write) -> tuple[list[str], list[Any]]:
+    gid = w.game.game_id
+    script_keys = [keys.projector_seen(keys.partition(gid))]
+    index: dict[str, int] = {}
+    args: list[Any] = [gid, w.lo, w.hi, w.game.seq]
+    for cell in game_cells(keys, w.game):
+        at = index.get(cell.key)
+        if at is None:
+            script_keys.append(cell.key)
+            at = index[cell.key] = len(script_keys)
+        args += (_OPS[cell.kind, cell.value is not None], at)
+        if cell.field:
+            args.append(cell.field)
+        if cell.value is not None:
+            args.append(cell.value)
+    return script_keys, args
+
+
+async def write(redis: Any, keys: Keys, writes: Sequence[Write]) -> list[int]:
+    """The writes in one round trip; per write -1 (done) or the seen that refused it."""
+    if not writes:
+        return []
+    results = await _WRITE.run_many(redis, [_call(keys, w) for w in writes])
+    return [int(r) for r in results]
+
+
+class Expected:
+    """Read models computed in memory from whole logs: what `verify` expects to find."""
+
+    def __init__(self, keys: Keys) -> None:
+        self.keys = keys
+        self.strings: dict[str, bytes] = {}
+        self.tables: dict[str, dict[str, Any]] = {}
+        self.kinds: dict[str, Kind] = {}
+
+    def add(self, game: GameFold) -> None:
+        keys = self.keys
+        seen = keys.projector_seen(keys.partition(game.game_id))
+        self.kinds[seen] = "hash"
+        self.tables.setdefault(seen, {})[game.game_id] = game.seq
+        for cell in game_cells(keys, game):
+            if cell.value is None:
+                continue
+            self.kinds[cell.key] = cell.kind
+            if cell.kind == "string":
+                self.strings[cell.key] = bytes(cell.value)  # type: ignore[arg-type]
+            else:
+                self.tables.setdefault(cell.key, {})[cell.field] = cell.value

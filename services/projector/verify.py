@@ -1,0 +1,277 @@
+"""`agon verify`: every log checked as a hash chain, replayed through the rules, and every
+registered read model compared with what the logs imply.
+
+It reads everything partition by partition and scans keys on every node of a cluster. A
+problem is one precise line (game, seq, what the log says, what the rules say). The
+read models are compared in their canonical form: strings as stored, hashes and sorted
+sets as sorted pairs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from engine import State, load_game
+from schemas.codec import DecodeError, decode_event, event_hash, unpack_event
+from schemas.events import GameCreated, GameEnded, GameStarted, MovePlayed, PlayerSeated
+from services.bus.clients import LogEntry, QueryClient, log_entries
+from services.bus.connection import Client, scan_keys
+from services.bus.consumer import as_text
+from services.bus.keys import Keys
+from services.projector.fold import fold
+from services.projector.registry import Expected, all_patterns
+
+
+def chain_problems(game_id: str, entries: Sequence[LogEntry]) -> list[str]:
+    """Everything wrong with a log as a hash chain: decoding, ids, seqs, links.
+
+    An empty list means: every entry decodes, entry n has seq n and the entry id
+    "<n>-0", belongs to `game_id`, and its prev_hash is the sha256 of entry n-1's bytes.
+    """
+    problems: list[str] = []
+    prev = ""
+    for n, entry in enumerate(entries, start=1):
+        where = f"game {game_id} entry {n}"
+        if entry.seq != n:
+            problems.append(f"{where}: entry id has seq {entry.seq}, expected {n}")
+        try:
+            event = decode_event(entry.data)
+        except DecodeError as exc:
+            problems.append(f"{where}: undecodable event ({exc.message})")
+            prev = event_hash(entry.data)
+            continue
+        if event.seq != n:
+            problems.append(f"{where}: event seq {event.seq}, expected {n}")
+        if event.game_id != game_id:
+            problems.append(f"{where}: event belongs to game {event.game_id}")
+        if event.prev_hash != prev:
+            problems.append(
+                f"{where}: prev_hash {event.prev_hash or '(empty)'} does not match"
+                f" sha256 of entry {n - 1} ({prev or '(empty)'})"
+            )
+        prev = event_hash(entry.data)
+    return problems
+
+
+def replay_problems(game_id: str, entries: Sequence[LogEntry]) -> list[str]:
+    """Replay a log through the engine's checked path; every fact it disagrees with.
+
+    Checks seats and turn order, every move's legality, the recorded scores, colours
+    and seat to move, and that the game ends when and as the rules say.
+    """
+    problems: list[str] = []
+    state: State | None = None
+    seated: set[int] = set()
+    started = ended = False
+    for entry in entries:
+        where = f"game {game_id} seq {entry.seq}"
+        try:
+            ev = decode_event(entry.data)
+        except DecodeError:
+            return problems  # `chain_problems` reports it; nothing after it can be checked
+        if ended:
+            problems.append(f"{where}: {ev.type} after the game ended")
+            continue
+        if isinstance(ev, GameCreated):
+            if state is not None:
+                problems.append(f"{where}: a second game_created")
+                continue
+            try:
+                state = load_game(ev.game, **ev.options).new_initial_state()
+            except ValueError as exc:
+                problems.append(f"{where}: {exc}")
+                return problems
+            continue
+        if state is None:
+            problems.append(f"{where}: {ev.type} before game_created")
+            return problems
+        if isinstance(ev, PlayerSeated):
+            if ev.seat in seated:
+                problems.append(f"{where}: seat {ev.seat} seated twice")
+            seated.add(ev.seat)
+        elif isinstance(ev, GameStarted):
+            if seated != {1, 2}:
+                problems.append(f"{where}: started with seats {sorted(seated)} taken")
+            started = True
+            _expect(problems, where, "to_move", ev.to_move, state.seat_to_move)
+            _expect(problems, where, "colours", ev.colours, state.seat_colours())
+        elif isinstance(ev, MovePlayed):
+            if not started:
+                problems.append(f"{where}: a move before game_started")
+            _expect(problems, where, "seat", ev.seat, state.seat_to_move)
+            _expect(problems, where, "colour", ev.colour, state.current_player)
+            _expect(problems, where, "ply", ev.ply, state.ply)
+            try:
+                state.apply(ev.move)
+            except ValueError as exc:
+                problems.append(f"{where}: move {ev.move!r} rejected by the rules: {exc}")
+                return problems
+            scores = state.scores()
+            _expect(problems, where, "scores_after", ev.scores_after, _list(scores))
+            _expect(problems, where, "colours", ev.colours, state.seat_colours())
+            _expect(problems, where, "to_move", ev.to_move, state.seat_to_move)
+        elif isinstance(ev, GameEnded):
+            ended = True
+            outcome = state.outcome()
+            if ev.reason == "natural":
+                if outcome is None:
+                    problems.append(f"{where}: natural end but the rules say the game goes on")
+                else:
+                    winner = state.seat_of(outcome.winner) if outcome.winner else 0
+                    _expect(problems, where, "result", ev.result, winner)
+                    _expect(problems, where, "scores", ev.scores, _list(outcome.scores))
+                    _expect(problems, where, "detail", ev.detail, outcome.reason)
+            elif outcome is not None:
+                problems.append(f"{where}: {ev.reason} after the rules had ended the game")
+    if state is not None and state.is_terminal and not ended:
+        problems.append(f"game {game_id}: the rules ended the game but the log has no game_ended")
+    return problems
+
+
+def _list(scores: tuple[int, int] | None) -> list[int] | None:
+    return None if scores is None else list(scores)
+
+
+def _expect(problems: list[str], where: str, name: str, logged: Any, rules: Any) -> None:
+    if logged != rules:
+        problems.append(f"{where}: {name} is {logged!r} in the log, the rules say {rules!r}")
+
+
+@dataclass
+class VerifyReport:
+    games: int = 0
+    events: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+async def verify(redis: Client, keys: Keys | None = None, chunk: int = 500) -> VerifyReport:
+    """Check every hash chain, replay every log, compare every read model with the logs."""
+    keys = keys or Keys()
+    query = QueryClient(redis, keys)
+    report = VerifyReport()
+    ids = await query.game_ids()
+    expected = Expected(keys)
+    for start in range(0, len(ids), chunk):
+        part = ids[start : start + chunk]
+        pipe = redis.pipeline(transaction=False)
+        for gid in part:
+            pipe.xrange(keys.log(gid), "-", "+")
+        for gid, rows in zip(part, await pipe.execute(), strict=True):
+            entries = log_entries(rows)
+            report.games += 1
+            report.events += len(entries)
+            if not entries:
+                report.problems.append(f"game {gid}: registered but its log is empty")
+                continue
+            report.problems.extend(chain_problems(gid, entries))
+            report.problems.extend(replay_problems(gid, entries))
+            try:
+                expected.add(fold(gid, [unpack_event(e.data) for e in entries]))
+            except Exception as exc:
+                report.problems.append(f"game {gid}: the log does not fold: {exc}")
+    orphans = await _unregistered_logs(redis, keys, set(ids))
+    report.problems.extend(f"{name}: a log of no registered game" for name in orphans)
+    stored = await snapshot(redis, keys)
+    report.problems.extend(compare_read_models(expected_canonical(expected), stored))
+    return report
+
+
+async def _unregistered_logs(redis: Client, keys: Keys, ids: set[str]) -> list[str]:
+    known = {keys.log(gid) for gid in ids}
+    found = [name async for name in scan_keys(redis, keys.log_pattern())]
+    return sorted(name for name in found if name not in known)
+
+
+async def snapshot(redis: Client, keys: Keys | None = None) -> dict[str, bytes]:
+    """Every stored read model as canonical bytes (strings as stored; hashes, zsets sorted)."""
+    keys = keys or Keys()
+    names = sorted(
+        {name for pattern in all_patterns(keys) async for name in scan_keys(redis, pattern)}
+    )
+    pipe = redis.pipeline(transaction=False)
+    for name in names:
+        pipe.type(name)
+    types = [as_text(t) for t in await pipe.execute()]
+    pipe = redis.pipeline(transaction=False)
+    for name, kind in zip(names, types, strict=True):
+        if kind == "string":
+            pipe.get(name)
+        elif kind == "hash":
+            pipe.hgetall(name)
+        elif kind == "zset":
+            pipe.zrange(name, 0, -1, withscores=True)
+        else:
+            pipe.type(name)
+    out: dict[str, bytes] = {}
+    for name, kind, value in zip(names, types, await pipe.execute(), strict=True):
+        if value:  # a key that vanished between the listing and the read is no model
+            out[name] = _canonical(kind, value)
+    return out
+
+
+def expected_canonical(expected: Expected) -> dict[str, bytes]:
+    """The read models the logs imply, rendered as `snapshot` renders stored ones."""
+    out: dict[str, bytes] = dict(expected.strings)
+    for name, table in expected.tables.items():
+        kind = expected.kinds[name]
+        if kind == "hash":
+            out[name] = _canonical("hash", {k: str(v) for k, v in table.items()})
+        else:
+            out[name] = _canonical("zset", [(m, float(s)) for m, s in table.items()])
+    return out
+
+
+def _canonical(kind: str, value: Any) -> bytes:
+    if kind == "string":
+        return bytes(value)
+    if kind == "hash":
+        items = sorted((as_text(k), as_text(v)) for k, v in value.items())
+        return msgpack.packb(["hash", items])
+    if kind == "zset":
+        members = sorted((as_text(m), _score(s)) for m, s in value)
+        return msgpack.packb(["zset", members])
+    return msgpack.packb(["unexpected", as_text(value)])
+
+
+def compare_read_models(expected: dict[str, bytes], actual: dict[str, bytes]) -> list[str]:
+    """Precise differences between two read-model snapshots, one line each."""
+    problems: list[str] = []
+    for name in sorted(expected.keys() | actual.keys()):
+        want, got = expected.get(name), actual.get(name)
+        if want == got:
+            continue
+        if got is None:
+            problems.append(f"{name}: missing (the logs imply it)")
+        elif want is None:
+            problems.append(f"{name}: present but no log implies it")
+        else:
+            problems.append(f"{name}: differs: {_difference(want, got)}")
+    return problems
+
+
+def _difference(want: bytes, got: bytes) -> str:
+    try:
+        a, b = json.loads(want), json.loads(got)
+    except ValueError:
+        try:
+            a, b = msgpack.unpackb(want), msgpack.unpackb(got)
+        except Exception:
+            return f"expected {want[:200]!r}, stored {got[:200]!r}"
+        return f"expected {a}, stored {b}"
+    if isinstance(a, dict) and isinstance(b, dict):
+        fields = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+        return "; ".join(f"{k}: expected {a.get(k)!r}, stored {b.get(k)!r}" for k in fields)
+    return f"expected {a!r}, stored {b!r}"
+
+
+def _score(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else value
