@@ -28,7 +28,7 @@ from schemas.turns import TurnRequest
 from services.bus.cache import LRU
 from services.bus.clients import CommandClient
 from services.bus.connection import Client
-from services.bus.consumer import Entry, GroupReader, StreamConsumer, consumer_name, now_ms
+from services.bus.consumer import Entry, StreamConsumer, now_ms
 from services.bus.keys import WORKERS_GROUP, Keys
 
 log = logging.getLogger("agon.bots")
@@ -52,22 +52,20 @@ class BotWorker(StreamConsumer):
         clock: Callable[[], int] = now_ms,
         cache_size: int = 10_000,
     ) -> None:
-        self.redis = redis
         self.bot = load_bot(bot) if isinstance(bot, str) else bot
-        self.keys = keys or Keys()
+        keys = keys or Keys()
         self.role = f"bot-{self.bot.name}"
-        self.reader = GroupReader(
+        self.join(
             redis,
-            [self.keys.bot_turns(self.bot.name)],
+            keys,
+            [keys.bot_turns(self.bot.name)],
             WORKERS_GROUP,
-            consumer or consumer_name(self.role),
-            heartbeats=self.keys.processes(),
-            count=batch,
+            consumer,
+            batch=batch,
+            block_ms=block_ms,
             claim_idle_ms=claim_idle_ms,
         )
-        self.commands = CommandClient(redis, self.keys)
-        self.dead_letter = self.keys.reader_dead_letter()
-        self.block_ms = block_ms
+        self.commands = CommandClient(redis, keys)
         self.clock = clock
         self.moves_sent = 0
         self.stale = 0

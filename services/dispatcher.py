@@ -38,10 +38,8 @@ from services.bus.clients import QueryClient, log_entries
 from services.bus.connection import Client
 from services.bus.consumer import (
     Entry,
-    GroupReader,
     StreamConsumer,
     as_text,
-    consumer_name,
     now_ms,
 )
 from services.bus.keys import DISPATCHER_GROUP, Keys
@@ -100,21 +98,19 @@ class Dispatcher(StreamConsumer):
         cache_size: int = 20_000,
         unserved_ms: int = UNSERVED_MS,
     ) -> None:
-        self.redis = redis
-        self.keys = keys or Keys()
-        self.secret = secret if secret is not None else server_secret()
-        self.reader = GroupReader(
+        keys = keys or Keys()
+        self.join(
             redis,
-            [self.keys.feed(p) for p in self.keys.all_partitions()],
+            keys,
+            [keys.feed(p) for p in keys.all_partitions()],
             DISPATCHER_GROUP,
-            consumer or consumer_name("dispatcher"),
-            heartbeats=self.keys.processes(),
-            count=batch,
+            consumer,
+            batch=batch,
+            # Wake at least once per clock sweep, even when the feeds are quiet.
+            block_ms=min(block_ms, int(clock_every_s * 1000)) or 1,
             claim_idle_ms=claim_idle_ms,
         )
-        self.dead_letter = self.keys.reader_dead_letter()
-        # Wake at least once per clock sweep, even when the feeds are quiet.
-        self.block_ms = min(block_ms, int(clock_every_s * 1000)) or 1
+        self.secret = secret if secret is not None else server_secret()
         self.clock_every_s = clock_every_s
         self.clock = clock
         self.unserved_ms = unserved_ms
@@ -266,10 +262,11 @@ class Dispatcher(StreamConsumer):
         if not due:
             return 0
         calls = []
+        served: dict[str, bool] = {}  # bot -> has a live worker, asked once per sweep
         for p, members in due:
             args: list[Any] = [FIELD]
             for member in members:
-                command = await self._due_command(p, member)
+                command = await self._due_command(p, member, served)
                 if command is not None:
                     args += [member, encode(command)]
             if len(args) > 1:
@@ -278,7 +275,9 @@ class Dispatcher(StreamConsumer):
         self.timeouts_claimed += claimed
         return claimed
 
-    async def _due_command(self, p: int, member: str) -> ClaimTimeout | Abort | None:
+    async def _due_command(
+        self, p: int, member: str, served: dict[str, bool]
+    ) -> ClaimTimeout | Abort | None:
         """The command a due clock sends: a timeout claim, or for a watch an abort if
         nobody serves the bot (else the watch is set again and None returned)."""
         gid, _, rest = member.partition("|")
@@ -289,7 +288,9 @@ class Dispatcher(StreamConsumer):
             )
         g = self._cache.get(gid) or next(iter(await self._refold([gid])), None)
         bot = g.seats[g.to_move - 1]["name"] if g is not None and g.to_move else None
-        if bot is not None and (await self.query.bot_health(bot)).workers:
+        if bot is not None and bot not in served:
+            served[bot] = (await self.query.bot_health(bot)).workers > 0
+        if bot is not None and served[bot]:
             await self.redis.zadd(self.keys.clocks(p), {member: self.clock() + self.unserved_ms})
             return None
         self.unserved_aborted += 1

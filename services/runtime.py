@@ -40,7 +40,7 @@ from engine import game_names
 from schemas.commands import CreateGame, SeatSpec
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import TRANSIENT_ERRORS, Client, RedisUnavailable, connect, redact
-from services.bus.consumer import GroupReader, StreamConsumer
+from services.bus.consumer import StreamConsumer
 from services.bus.keys import Keys
 from services.dispatcher import Dispatcher
 from services.engine_service import EngineService, settle_heap
@@ -125,9 +125,6 @@ class ServiceSet:
                 return handled
             handled += done
         raise RuntimeError(f"the pipeline did not settle in {max_rounds} rounds")
-
-    def _readers(self) -> list[GroupReader]:
-        return [s.reader for s in self.services()]
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()

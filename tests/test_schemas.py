@@ -300,3 +300,13 @@ def test_agon_schemas_writes_one_file_per_direction(tmp_path: Path) -> None:
     assert files == [f"{d}.schema.json" for d in ("commands", "events", "replies", "turns")]
     events = json.loads((tmp_path / "events.schema.json").read_text())
     assert set(events["$defs"]) >= {"GameCreated", "MovePlayed", "GameEnded"}
+
+
+def test_the_event_map_types_name_exactly_the_models_fields() -> None:
+    # Hot readers read events through these TypedDicts: a field added to a model and not
+    # to its map (or the other way round) would go unchecked by mypy.
+    from schemas.events import EVENT_MAPS, SeatSpecMap
+
+    for model, mapping in EVENT_MAPS.items():
+        assert set(mapping.__required_keys__) == set(model.model_fields), model
+    assert set(SeatSpecMap.__required_keys__) == set(SeatSpec.model_fields)

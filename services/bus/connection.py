@@ -163,10 +163,6 @@ async def connect(url: str, *, wait_s: float | None = 30.0, **kwargs: Any) -> Cl
         return plain_client(url, **kwargs)
 
 
-def is_cluster(client: Client) -> bool:
-    return isinstance(client, RedisCluster)
-
-
 async def scan_keys(client: Client, pattern: str, count: int = 1000) -> AsyncIterator[str]:
     """Every key matching `pattern`, on every primary of a cluster (each key once)."""
     seen: set[str] = set()
@@ -175,12 +171,3 @@ async def scan_keys(client: Client, pattern: str, count: int = 1000) -> AsyncIte
         if name not in seen:
             seen.add(name)
             yield name
-
-
-async def server_time_ms(client: Client) -> int:
-    """Redis's own clock in ms: the clock of stream entry ids."""
-    answer: Any = await client.time()
-    if isinstance(answer, dict):  # a cluster answers per node: any node will do
-        answer = next(iter(answer.values()))
-    seconds, micros = answer
-    return int(seconds) * 1000 + int(micros) // 1000

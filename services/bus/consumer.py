@@ -44,6 +44,7 @@ from redis.exceptions import ResponseError
 
 from schemas.codec import FIELD, FIELD_BYTES
 from services.bus.connection import TRANSIENT_ERRORS, Client
+from services.bus.keys import Keys
 
 log = logging.getLogger("agon.bus")
 
@@ -58,8 +59,7 @@ HEARTBEAT_EVERY_S = 0.5
 DEAD_AFTER_MS = 2000
 #: Heartbeats older than this are removed from the processes hash.
 FORGET_AFTER_MS = 3_600_000
-#: How often a consumer logs its stats line (with -v) and trims acknowledged entries.
-STATS_EVERY_S = 5.0
+#: How often a consumer trims acknowledged entries and logs its stats line (with -v).
 TRIM_EVERY_S = 5.0
 
 
@@ -501,6 +501,7 @@ class StreamConsumer:
 
     role: str
     redis: Client
+    keys: Keys
     reader: GroupReader
     block_ms: int
     dead_letter: str
@@ -508,6 +509,36 @@ class StreamConsumer:
     #: entries set aside because they failed on their own
     entries_set_aside: int = 0
     entries_handled: int = 0
+
+    def join(
+        self,
+        redis: Client,
+        keys: Keys,
+        streams: Sequence[str],
+        group: str,
+        consumer: str | None,
+        *,
+        batch: int,
+        block_ms: int,
+        claim_idle_ms: int,
+        max_deliveries: int = 5,
+    ) -> None:
+        """Set up this consumer as `consumer` (default: a fresh name for `role`) of `group`
+        on `streams`; its set-aside entries go to the readers' dead letters."""
+        self.redis = redis
+        self.keys = keys
+        self.block_ms = block_ms
+        self.dead_letter = keys.reader_dead_letter()
+        self.reader = GroupReader(
+            redis,
+            streams,
+            group,
+            consumer or consumer_name(self.role),
+            heartbeats=keys.processes(),
+            count=batch,
+            claim_idle_ms=claim_idle_ms,
+            max_deliveries=max_deliveries,
+        )
 
     async def process(self, entries: Sequence[Entry]) -> None:
         """Write the effects of a batch, then acknowledge it."""
@@ -545,45 +576,38 @@ class StreamConsumer:
         }
         await self.redis.hset(self.reader.heartbeats, self.reader.consumer, json.dumps(beat))
 
-    async def _beat(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
+    async def _every(self, seconds: float, work: Any, done: asyncio.Event) -> None:
+        """Run `work()` every `seconds` until `done`, beside the loop: a failure (Redis away)
+        is logged at debug level and the next round tries again."""
+        while not done.is_set():
             try:
-                await self.heartbeat()
-            except Exception as exc:  # Redis away: the loop reports it, keep beating
-                log.debug("%s: heartbeat failed: %s", self.reader.consumer, exc)
+                await work()
+            except Exception as exc:
+                log.debug("%s: %s failed: %s", self.reader.consumer, work.__name__, exc)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), HEARTBEAT_EVERY_S)
+                await asyncio.wait_for(done.wait(), seconds)
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
-        """Serve until `stop` is set; no failure ends the loop. Leaves cleanly at the end."""
+        """Serve until `stop` is set; no failure ends the loop. Leaves cleanly at the end.
+
+        Beside the loop, two tasks: the heartbeat, and housekeeping (trimming, forgetting
+        dead consumers, the stats line), so neither ever delays a batch.
+        """
         stop = stop or asyncio.Event()
-        beating = asyncio.create_task(self._beat(stop))
+        done = asyncio.Event()
         name = self.reader.consumer
-        next_stats = next_trim = time.monotonic() + STATS_EVERY_S
-        ready = False
+        await self._serve_ready(stop)
+        background = [
+            asyncio.create_task(self._every(HEARTBEAT_EVERY_S, self.heartbeat, done)),
+            asyncio.create_task(self._every(TRIM_EVERY_S, self.housekeeping, done)),
+        ]
         try:
             while not stop.is_set():
                 try:
-                    if not ready:
-                        await self.setup()
-                        log.warning(
-                            "%s ready: group %s on %d streams",
-                            name,
-                            self.reader.group,
-                            len(self.reader.streams),
-                        )
-                        ready = True
                     await self.handle(await self.reader.read(self.block_ms))
                     if self.reader.poison:
                         await self._set_aside_poison()
                     await self.tick()
-                    now = time.monotonic()
-                    if now >= next_trim:
-                        next_trim = now + TRIM_EVERY_S
-                        await self.housekeeping()
-                    if now >= next_stats and log.isEnabledFor(logging.INFO):
-                        next_stats = now + STATS_EVERY_S
-                        await self._log_stats()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
@@ -598,17 +622,32 @@ class StreamConsumer:
                     await asyncio.sleep(RETRY_PAUSE_S)
             await self.settle()
         finally:
-            stop.set()
+            done.set()
             await self.reader.close()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await beating
+            await asyncio.wait(background, timeout=2.0)
             with contextlib.suppress(Exception):
                 await self.reader.leave()
                 await self.redis.hdel(self.reader.heartbeats, name)
             log.info("%s stopped", name)
 
+    async def _serve_ready(self, stop: asyncio.Event) -> None:
+        """Create the groups (retrying while Redis is away), then say so."""
+        while not stop.is_set():
+            try:
+                await self.setup()
+                break
+            except TRANSIENT_ERRORS as exc:
+                log.warning("%s: Redis unavailable (%s); retrying", self.reader.consumer, exc)
+                await asyncio.sleep(RETRY_PAUSE_S)
+        log.warning(
+            "%s ready: group %s on %d streams",
+            self.reader.consumer,
+            self.reader.group,
+            len(self.reader.streams),
+        )
+
     async def housekeeping(self) -> None:
-        """Trim acknowledged entries, forget dead consumers and old heartbeats."""
+        """Trim acknowledged entries, forget dead consumers and old heartbeats; log stats."""
         for stream in self.reader.streams if self.trim_groups else ():
             await trim_acknowledged(self.redis, stream, self.trim_groups)
         await self.reader.forget_dead_consumers()
@@ -617,6 +656,8 @@ class StreamConsumer:
         old = [k for k, v in beats.items() if now - (_beat_time(v) or 0) > FORGET_AFTER_MS]
         if old:
             await self.redis.hdel(self.reader.heartbeats, *old)
+        if log.isEnabledFor(logging.INFO):
+            await self._log_stats()
 
     async def _log_stats(self) -> None:
         lag, pending = await self.reader.lag()

@@ -293,16 +293,7 @@ class Rules:
         if outcome is not None:
             winner = state.seat_of(outcome.winner) if outcome.winner else 0
             scores = list(outcome.scores) if outcome.scores is not None else None
-            self._emit(
-                out,
-                cmd,
-                now,
-                GameEnded,
-                result=winner,
-                scores=scores,
-                reason="natural",
-                detail=outcome.reason,
-            )
+            self._end(out, cmd, now, winner, "natural", outcome.reason, scores)
 
     def _timeout(self, out: Decision, cmd: ClaimTimeout, now: int, arrived: int) -> None:
         rec = out.record
@@ -341,17 +332,20 @@ class Rules:
             self._emit(out, cmd, now, GameStarted, to_move=rec.to_move, colours=rec.colours())
 
     def _end(
-        self, out: Decision, cmd: Command, now: int, winner: int, reason: EndReason, detail: str
+        self,
+        out: Decision,
+        cmd: Command,
+        now: int,
+        winner: int,
+        reason: EndReason,
+        detail: str,
+        scores: list[int] | bool | None = True,
     ) -> None:
+        """The game ends with `scores` (True: the position's; a natural end passes the
+        rules' final ones)."""
+        final = out.record.scores() if scores is True else scores
         self._emit(
-            out,
-            cmd,
-            now,
-            GameEnded,
-            result=winner,
-            scores=out.record.scores(),
-            reason=reason,
-            detail=detail,
+            out, cmd, now, GameEnded, result=winner, scores=final, reason=reason, detail=detail
         )
 
     @staticmethod

@@ -49,9 +49,7 @@ from services.bus.connection import Client
 from services.bus.consumer import (
     DEAD_LETTER_MAXLEN,
     Entry,
-    GroupReader,
     StreamConsumer,
-    consumer_name,
     dead_letter_fields,
     now_ms,
 )
@@ -137,12 +135,22 @@ class EngineService(StreamConsumer):
         arrival: Callable[[Entry], int] | None = None,
         reply_ttl_ms: int = 24 * 3_600_000,
     ) -> None:
-        self.redis = redis
-        self.keys = keys or Keys()
-        self.store = EventStore(redis, self.keys, reply_ttl_ms=reply_ttl_ms)
-        self.consumer = consumer or consumer_name("engine")
+        keys = keys or Keys()
+        self._streams = {keys.commands(p): p for p in keys.all_partitions()}
+        self.join(
+            redis,
+            keys,
+            list(self._streams),
+            ENGINE_GROUP,
+            consumer,
+            batch=batch,
+            block_ms=block_ms,
+            claim_idle_ms=claim_idle_ms,
+            max_deliveries=MAX_DELIVERIES,
+        )
+        self.consumer = self.reader.consumer
+        self.store = EventStore(redis, keys, reply_ttl_ms=reply_ttl_ms)
         self.rules = Rules(secret if secret is not None else server_secret())
-        self.block_ms = block_ms
         self.clock = clock
         # Commands are judged by when they reached Redis (entry ids); a test that sets the
         # engine's clock judges them by that clock instead.
@@ -151,18 +159,6 @@ class EngineService(StreamConsumer):
         )
         self.counts = EngineStats()
         self._cache: LRU[str, GameRecord] = LRU(cache_size)
-        self._streams = {self.keys.commands(p): p for p in self.keys.all_partitions()}
-        self.reader = GroupReader(
-            redis,
-            list(self._streams),
-            ENGINE_GROUP,
-            self.consumer,
-            heartbeats=self.keys.processes(),
-            count=batch,
-            claim_idle_ms=claim_idle_ms,
-            max_deliveries=MAX_DELIVERIES,
-        )
-        self.dead_letter = self.keys.dead_letter(0)
         self._flushing: asyncio.Future[None] | None = None
 
     def stats(self) -> dict[str, int]:

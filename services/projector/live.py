@@ -20,7 +20,7 @@ from schemas.events import EventMap
 from services.bus.cache import LRU
 from services.bus.clients import log_entries
 from services.bus.connection import Client
-from services.bus.consumer import Entry, GroupReader, StreamConsumer, consumer_name
+from services.bus.consumer import Entry, StreamConsumer
 from services.bus.keys import DISPATCHER_GROUP, PROJECTOR_GROUP, Keys
 from services.projector.fold import GameFold, fold
 from services.projector.registry import Write, write
@@ -59,19 +59,17 @@ class Projector(StreamConsumer):
         claim_idle_ms: int = 30_000,
         cache_size: int = 20_000,
     ) -> None:
-        self.redis = redis
-        self.keys = keys or Keys()
-        self.reader = GroupReader(
+        keys = keys or Keys()
+        self.join(
             redis,
-            [self.keys.feed(p) for p in self.keys.all_partitions()],
+            keys,
+            [keys.feed(p) for p in keys.all_partitions()],
             PROJECTOR_GROUP,
-            consumer or consumer_name("projector"),
-            heartbeats=self.keys.processes(),
-            count=batch,
+            consumer,
+            batch=batch,
+            block_ms=block_ms,
             claim_idle_ms=claim_idle_ms,
         )
-        self.dead_letter = self.keys.reader_dead_letter()
-        self.block_ms = block_ms
         #: events read, game writes done, games folded again from their logs
         self.events = 0
         self.writes = 0

@@ -27,11 +27,11 @@ from typing import Any
 from redis.asyncio import Redis
 
 from schemas.codec import FIELD, FIELD_BYTES, DecodeError, unpack_event
-from services.bus.connection import Client, connect, scan_keys
+from services.bus.connection import Client, connect
 from services.bus.consumer import as_text
 from services.bus.keys import Keys
 from services.projector.fold import fold
-from services.projector.registry import READ_MODELS, Write, all_patterns, write
+from services.projector.registry import Write, stored_models, write
 
 
 @dataclass
@@ -162,15 +162,9 @@ async def _rebuild_partitions(
 
 async def sweep(redis: Client, keys: Keys) -> int:
     """Remove read-model cells of games that are not registered; return how many went."""
-    names = sorted(
-        {name for pattern in all_patterns(keys) async for name in scan_keys(redis, pattern)}
-    )
+    models = await stored_models(redis, keys)
     pipe = redis.pipeline(transaction=False)
-    for name in names:
-        pipe.type(name)
-    types = [as_text(t) for t in await pipe.execute()]
-    pipe = redis.pipeline(transaction=False)
-    for name, kind in zip(names, types, strict=True):
+    for name, kind in models:
         if kind == "zset":
             pipe.zrange(name, 0, -1)
         elif kind == "hash":
@@ -182,7 +176,7 @@ async def sweep(redis: Client, keys: Keys) -> int:
     views = {keys.view(gid) for gid in known}
     pipe = redis.pipeline(transaction=False)
     removed = 0
-    for name, kind, got in zip(names, types, members, strict=True):
+    for (name, kind), got in zip(models, members, strict=True):
         if kind == "zset":
             stale = [m for m in map(as_text, got) if m not in known]
             if stale:
@@ -264,6 +258,3 @@ def _gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-
-
-__all__ = ["READ_MODELS", "RebuildStats", "rebuild", "sweep"]

@@ -23,11 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from services.bus.clients import STATUSES
+from services.bus.connection import Client, scan_keys
+from services.bus.consumer import as_text
 from services.bus.keys import Keys
 from services.bus.scripts import Script
 from services.projector.fold import GameFold
-
-STATUSES = ("waiting", "playing", "ended")
 
 Kind = Literal["string", "zset", "hash"]
 
@@ -132,6 +133,18 @@ def all_patterns(keys: Keys) -> list[str]:
     """SCAN patterns of every read model and of the projector's bookkeeping."""
     models = (pattern for m in READ_MODELS for pattern in m.patterns(keys))
     return [keys.projector_seen_pattern(), *models]
+
+
+async def stored_models(redis: Client, keys: Keys) -> list[tuple[str, str]]:
+    """Every stored read-model key (on every node) with its Redis type, sorted by name."""
+    names = sorted(
+        {name for pattern in all_patterns(keys) async for name in scan_keys(redis, pattern)}
+    )
+    pipe = redis.pipeline(transaction=False)
+    for name in names:
+        pipe.type(name)
+    types = [as_text(t) for t in await pipe.execute()]
+    return list(zip(names, types, strict=True))
 
 
 def game_cells(keys: Keys, game: GameFold) -> list[Cell]:

@@ -24,7 +24,7 @@ from services.bus.connection import Client, scan_keys
 from services.bus.consumer import as_text
 from services.bus.keys import Keys
 from services.projector.fold import fold
-from services.projector.registry import Expected, all_patterns
+from services.projector.registry import Expected, stored_models
 
 
 def chain_problems(game_id: str, entries: Sequence[LogEntry]) -> list[str]:
@@ -194,15 +194,9 @@ async def _unregistered_logs(redis: Client, keys: Keys, ids: set[str]) -> list[s
 async def snapshot(redis: Client, keys: Keys | None = None) -> dict[str, bytes]:
     """Every stored read model as canonical bytes (strings as stored; hashes, zsets sorted)."""
     keys = keys or Keys()
-    names = sorted(
-        {name for pattern in all_patterns(keys) async for name in scan_keys(redis, pattern)}
-    )
+    models = await stored_models(redis, keys)
     pipe = redis.pipeline(transaction=False)
-    for name in names:
-        pipe.type(name)
-    types = [as_text(t) for t in await pipe.execute()]
-    pipe = redis.pipeline(transaction=False)
-    for name, kind in zip(names, types, strict=True):
+    for name, kind in models:
         if kind == "string":
             pipe.get(name)
         elif kind == "hash":
@@ -212,7 +206,7 @@ async def snapshot(redis: Client, keys: Keys | None = None) -> dict[str, bytes]:
         else:
             pipe.type(name)
     out: dict[str, bytes] = {}
-    for name, kind, value in zip(names, types, await pipe.execute(), strict=True):
+    for (name, kind), value in zip(models, await pipe.execute(), strict=True):
         if value:  # a key that vanished between the listing and the read is no model
             out[name] = _canonical(kind, value)
     return out
