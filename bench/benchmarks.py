@@ -124,8 +124,9 @@ def print_playout_table(results: list[dict[str, Any]], ludii: dict[str, float]) 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "which",
-        choices=["playouts", "pipeline"],
-        help="the engine's random playouts, or the Redis pipeline (bench.pipeline)",
+        choices=["playouts", "pipeline", "memory"],
+        help="the engine's random playouts, the Redis pipeline (bench.pipeline), or what"
+        " finished games leave in Redis (bench.memory)",
     )
     parser.add_argument("--seconds", type=float, default=5.0, help="time per row")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per row; the median counts")
@@ -133,6 +134,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="also print a JSON array, last line")
     parser.add_argument("--rate", type=float, default=1000.0, help="pipeline: offered moves/s")
     parser.add_argument("--redis-url", default=None, help="pipeline: default a private server")
+    parser.add_argument(
+        "--games", type=int, default=50, help="memory: finished games per game name"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -141,6 +145,11 @@ def run(args: argparse.Namespace) -> int:
 
         results = run_pipeline_bench(args.seconds, args.redis_url, args.rate)
         print_pipeline_table(results)
+    elif args.which == "memory":
+        from bench.memory import print_memory_table, run_memory_bench
+
+        results = run_memory_bench(args.games)
+        print_memory_table(results)
     else:
         results = bench_playouts(args.seconds, args.rounds)
         print_playout_table(results, load_ludii_figures(args.ludii))

@@ -228,12 +228,12 @@ async def wait_until_ended(
         if failure is not None:
             raise RuntimeError(f"a service stopped: {failure!r}") from failure
         try:
-            statuses = await query.statuses(waiting)
+            ended = await query.ended(waiting)
         except TRANSIENT_ERRORS:
             # Redis restarting: the services ride it out, and so does the waiting.
             await asyncio.sleep(POLL_S)
             continue
-        waiting = [gid for gid, s in zip(waiting, statuses, strict=True) if s != "ended"]
+        waiting = [gid for gid, done in zip(waiting, ended, strict=True) if not done]
         if waiting:
             await asyncio.sleep(POLL_S)
     return waiting

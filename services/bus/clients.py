@@ -256,19 +256,12 @@ class QueryClient:
             pipe.zrange(self.keys.games(p), 0, -1)
         return [as_text(g) for ids in await pipe.execute() for g in ids]
 
-    async def statuses(self, game_ids: Sequence[str]) -> list[str | None]:
-        """Each game's status in the index (None: the projector has not seen it)."""
+    async def ended(self, game_ids: Sequence[str]) -> list[bool]:
+        """Whether the index lists each game as ended."""
         pipe = self.redis.pipeline(transaction=False)
         for gid in game_ids:
-            p = self.keys.partition(gid)
-            for status in STATUSES:
-                pipe.zscore(self.keys.index_status(p, status), gid)
-        answers = await pipe.execute()
-        out: list[str | None] = []
-        for i in range(len(game_ids)):
-            scores = answers[i * len(STATUSES) : (i + 1) * len(STATUSES)]
-            out.append(next((s for s, v in zip(STATUSES, scores, strict=True) if v), None))
-        return out
+            pipe.zscore(self.keys.index_status(self.keys.partition(gid), "ended"), gid)
+        return [score is not None for score in await pipe.execute()]
 
     async def games(
         self,

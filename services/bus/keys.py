@@ -10,7 +10,7 @@ a server without seeing each other. Nothing else in the code base spells a key.
 Layout, for prefix "agon" and partition p:
 
     agon:{p}:commands                   command stream; group `engine`
-    agon:{p}:game:<id>:log              a game's events; entry id "<seq>-1"
+    agon:{p}:game:<id>:log              a game's events; entry id "<seq>-0"
     agon:{p}:feed                       every event of the partition; groups of readers
     agon:{p}:games                      zset game id -> creation time (ms)
     agon:{p}:replies:<id>               hash command id -> encoded reply (idempotency)

@@ -74,7 +74,8 @@ class Projector(StreamConsumer):
         self.events = 0
         self.writes = 0
         self.refolds = 0
-        self._cache: LRU[str, GameFold] = LRU(cache_size)
+        #: per game: its fold, and the cells that fold last wrote
+        self._cache: LRU[str, tuple[GameFold, dict[tuple[str, str], Any]]] = LRU(cache_size)
 
     def stats(self) -> dict[str, int]:
         return {
@@ -122,7 +123,8 @@ class Projector(StreamConsumer):
         writes: list[Write] = []
         refold: list[str] = []
         for gid in game_ids:
-            game = self._cache.get(gid)
+            cached = self._cache.get(gid)
+            game, since = cached if cached is not None else (None, None)
             stored = game.seq if game is not None else seen[gid]
             fresh = {ev["seq"]: ev for ev in by_game[gid] if ev["seq"] > stored}
             if not fresh:
@@ -146,7 +148,7 @@ class Projector(StreamConsumer):
                 log.exception("projector: game %s does not fold; dropped from cache", gid)
                 self._cache.pop(gid)
                 continue
-            writes.append(Write(game, stored, stored))
+            writes.append(Write(game, stored, stored, since))
         writes.extend(await self._refold(refold, seen))
         return await self._write(writes)
 
@@ -171,7 +173,7 @@ class Projector(StreamConsumer):
     async def _write(self, writes: list[Write]) -> list[str]:
         results = await write(self.redis, self.keys, writes)
         refused: list[str] = []
-        for w, result in zip(writes, results, strict=True):
+        for w, (result, cells) in zip(writes, results, strict=True):
             game = w.game
             if result != -1:
                 # Someone else projected this game meanwhile: fold again from what is stored.
@@ -183,5 +185,5 @@ class Projector(StreamConsumer):
             if game.status == "ended":
                 self._cache.pop(game.game_id)  # nothing more will happen to it
             else:
-                self._cache.put(game.game_id, game)
+                self._cache.put(game.game_id, (game, cells))
         return refused

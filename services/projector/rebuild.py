@@ -150,10 +150,10 @@ async def _rebuild_partitions(
                     stats.games += 1
                     stats.events += len(datas)
                 if writing is not None:
-                    stats.ahead += sum(1 for r in await writing if r != -1)
+                    stats.ahead += sum(1 for r, _ in await writing if r != -1)
                 writing = _start(tasks, write(redis, keys, writes))
             if writing is not None:
-                stats.ahead += sum(1 for r in await writing if r != -1)
+                stats.ahead += sum(1 for r, _ in await writing if r != -1)
         finally:
             for task in tasks:
                 task.cancel()

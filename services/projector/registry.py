@@ -188,19 +188,28 @@ _OPS: dict[tuple[Kind, bool], str] = {
 
 @dataclass(frozen=True, slots=True)
 class Write:
-    """One game's cells, to be written if the stored seen lies in [lo, hi]."""
+    """One game's cells, to be written if the stored seen lies in [lo, hi].
+
+    `since` holds the cells this fold last wrote (the live projector keeps them with its
+    cached fold): then only cells that changed are sent, usually the view alone. The guard
+    makes that safe: the stored models are exactly what that earlier write left.
+    """
 
     game: GameFold
     lo: int
     hi: int
+    since: dict[tuple[str, str], Any] | None = None
 
 
-def _call(keys: Keys, w: Write) -> tuple[list[str], list[Any]]:
+def _call(keys: Keys, w: Write, cells: Sequence[Cell]) -> tuple[list[str], list[Any]]:
     gid = w.game.game_id
     script_keys = [keys.projector_seen(keys.partition(gid))]
     index: dict[str, int] = {}
     args: list[Any] = [gid, w.lo, w.hi, w.game.seq]
-    for cell in game_cells(keys, w.game):
+    since = w.since
+    for cell in cells:
+        if since is not None and since.get((cell.key, cell.field), _ABSENT) == cell.value:
+            continue
         at = index.get(cell.key)
         if at is None:
             script_keys.append(cell.key)
@@ -213,12 +222,25 @@ def _call(keys: Keys, w: Write) -> tuple[list[str], list[Any]]:
     return script_keys, args
 
 
-async def write(redis: Any, keys: Keys, writes: Sequence[Write]) -> list[int]:
-    """The writes in one round trip; per write -1 (done) or the seen that refused it."""
+_ABSENT = object()
+
+
+def cell_values(cells: Sequence[Cell]) -> dict[tuple[str, str], Any]:
+    """The cells as (key, field) -> value: what a later `Write.since` compares with."""
+    return {(cell.key, cell.field): cell.value for cell in cells}
+
+
+async def write(
+    redis: Any, keys: Keys, writes: Sequence[Write]
+) -> list[tuple[int, dict[tuple[str, str], Any]]]:
+    """The writes in one round trip; per write -1 (done) or the seen that refused it, with
+    the game's cells as now written (for the next write's `since`)."""
     if not writes:
         return []
-    results = await _WRITE.run_many(redis, [_call(keys, w) for w in writes])
-    return [int(r) for r in results]
+    cells = [game_cells(keys, w.game) for w in writes]
+    calls = [_call(keys, w, c) for w, c in zip(writes, cells, strict=True)]
+    results = await _WRITE.run_many(redis, calls)
+    return [(int(r), cell_values(c)) for r, c in zip(results, cells, strict=True)]
 
 
 class Expected:
