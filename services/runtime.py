@@ -283,7 +283,7 @@ async def selfplay(
     try:
         started = time.perf_counter()
         commands = game_commands(specs, count, bots, move_time_ms=move_time_ms)
-        async with CommandClient(redis, keys, timeout_s=30.0) as client:
+        async with CommandClient(redis, keys, timeout_s=min(30.0, timeout_s)) as client:
             replies = await client.submit_many(commands)
         refused = [r for r in replies if r.type == "rejected"]
         if refused:
@@ -303,12 +303,16 @@ async def selfplay(
 # -- the subcommands -----------------------------------------------------------------------
 def _with_redis(
     args: argparse.Namespace,
-    body: Callable[[Client, Keys, str], Awaitable[int]],
+    body: Callable[[Client, Keys, str, asyncio.Event], Awaitable[int]],
     *,
     embedded: bool = True,
-    wait_s: float | None = 30.0,
+    serving: bool = False,
 ) -> int:
-    """Run `body` against `--redis-url` (or, if `embedded`, a private server) and close it."""
+    """Run `body` against `--redis-url` (or, if `embedded`, a private server) and close it.
+
+    A `serving` command waits for Redis for ever and stops on SIGTERM or Ctrl-C, also while
+    it waits: `body` gets the event those set. Other commands wait 30 s for Redis.
+    """
     setup_logging(args.verbose)
     keys = Keys(args.prefix, args.partitions)
     if not args.redis_url and not embedded:
@@ -317,13 +321,21 @@ def _with_redis(
         )
 
     async def main(url: str) -> int:
+        stop = _stop_on_signals() if serving else asyncio.Event()
+        connecting = asyncio.ensure_future(connect(url, wait_s=None if serving else 30.0))
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not connecting.done():
+            connecting.cancel()
+            return 0  # stopped while waiting for Redis
         try:
-            redis = await connect(url, wait_s=wait_s)
+            redis = connecting.result()
         except RedisUnavailable as exc:
             print(f"agon {args.command}: {exc}", file=sys.stderr)
             return 1
         try:
-            return await body(redis, keys, url)
+            return await body(redis, keys, url, stop)
         finally:
             await redis.aclose()
 
@@ -390,18 +402,25 @@ class _Selfplay:
             raise UsageError("--services none drives a running deployment: pass its --redis-url")
         specs = [(name, options) for name in names]
 
-        async def body(redis: Client, keys: Keys, url: str) -> int:
-            result = await selfplay(
-                redis,
-                keys,
-                specs,
-                args.games,
-                bots,
-                move_time_ms=args.move_time_ms,
-                timeout_s=args.timeout,
-                engines=args.engines,
-                services=args.services == "all",
-            )
+        async def body(redis: Client, keys: Keys, url: str, stop: asyncio.Event) -> int:
+            try:
+                result = await selfplay(
+                    redis,
+                    keys,
+                    specs,
+                    args.games,
+                    bots,
+                    move_time_ms=args.move_time_ms,
+                    timeout_s=args.timeout,
+                    engines=args.engines,
+                    services=args.services == "all",
+                )
+            except TimeoutError as exc:
+                print(
+                    f"agon selfplay: {exc}: is an engine running on this Redis with this --prefix?",
+                    file=sys.stderr,
+                )
+                return 1
             _print_selfplay(result, names, bots)
             status = 0 if result.finished == result.games else 1
             if args.verify:
@@ -446,7 +465,7 @@ class _Verify:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        async def body(redis: Client, keys: Keys, url: str) -> int:
+        async def body(redis: Client, keys: Keys, url: str, stop: asyncio.Event) -> int:
             report = await verify(redis, keys)
             if args.json:
                 out = {"games": report.games, "events": report.events, "ok": report.ok}
@@ -479,7 +498,7 @@ class _Rebuild:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        async def body(redis: Client, keys: Keys, url: str) -> int:
+        async def body(redis: Client, keys: Keys, url: str, stop: asyncio.Event) -> int:
             before = await snapshot(redis, keys) if args.check else {}
             started = time.perf_counter()
             stats = await rebuild(redis, keys, workers=args.workers, url=url)
@@ -529,12 +548,11 @@ class _Up:
     def run(args: argparse.Namespace) -> int:
         bots = [b.strip() for b in args.bots.split(",") if b.strip()]
 
-        async def body(redis: Client, keys: Keys, url: str) -> int:
+        async def body(redis: Client, keys: Keys, url: str, stop: asyncio.Event) -> int:
             services = ServiceSet(redis, keys, bots, engines=args.engines)
             await services.start()
             # A serving process: keep full collections from rescanning the startup heap.
             settle_heap()
-            stop = _stop_on_signals()
             print(
                 f"agon up: ready on {redact(url)}: engine x{args.engines}, projector,"
                 f" dispatcher, bots {bots}",
@@ -557,7 +575,7 @@ class _Up:
                 await services.stop()
             return 0
 
-        return _with_redis(args, body)
+        return _with_redis(args, body, serving=True)
 
 
 def _stop_on_signals() -> asyncio.Event:
@@ -616,18 +634,17 @@ class _Service:
                 except ValueError as exc:
                     raise UsageError(str(exc)) from None
 
-        async def body(redis: Client, keys: Keys, url: str) -> int:
+        async def body(redis: Client, keys: Keys, url: str, stop: asyncio.Event) -> int:
             services = self._make(redis, keys, args)
             if args.drain:
                 handled = sum([await service.drain() for service in services])
                 print(f"{self.kind}: {handled} entries handled")
                 return 0
             settle_heap()  # a serving process: keep collections off the startup heap
-            stop = _stop_on_signals()
             await asyncio.gather(*(service.run(stop) for service in services))
             return 0
 
-        return _with_redis(args, body, wait_s=None)
+        return _with_redis(args, body, serving=True)
 
 
 ENGINE = _Service("engine")

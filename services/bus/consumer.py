@@ -14,12 +14,14 @@ each stream has its own blocking XREADGROUP ("lanes", each on its own connection
 into one buffer, and a lane holds at most one unread batch. `read(None)` never waits: the
 drain ("burst") mode of tests and benchmarks.
 
-Dead consumers are noticed in seconds, not minutes: every running consumer writes a
-heartbeat (`Keys.processes`) twice a second; a sweep each second claims (XCLAIM) entries
-pending with a consumer whose heartbeat is older than `dead_after_ms`, removes dead
-consumers that hold nothing from the group, and sets aside entries delivered
-`max_deliveries` times (they kill whoever takes them). Entries idle for `claim_idle_ms`
-with a live consumer are claimed too (a stuck process that still beats).
+Dead consumers are noticed in about a second, not minutes: every running consumer writes
+a heartbeat (`Keys.processes`) four times a second; a sweep every half second claims
+(XCLAIM) entries pending with a consumer whose heartbeat is older than `dead_after_ms`
+(1 s), so a killed bot worker's turn is answered by another well inside a 2 s move clock.
+Housekeeping removes dead consumers that hold nothing from the group; the sweep sets
+aside entries delivered `max_deliveries` times (they kill whoever takes them). Entries
+idle for `claim_idle_ms` with a live consumer are claimed too (a stuck process that
+still beats).
 
 `StreamConsumer` is the loop around a reader: serve until stopped or drain; log a ready
 line and (with -v) a stats line; retry a batch when Redis is away; set aside (dead-letter,
@@ -57,8 +59,8 @@ DEAD_LETTER_MAXLEN = 10_000
 #: A set-aside entry keeps at most this much of its payload (plus its size and sha256).
 DEAD_LETTER_KEEP_BYTES = 4096
 #: How often a running consumer writes its heartbeat, and when it counts as dead.
-HEARTBEAT_EVERY_S = 0.5
-DEAD_AFTER_MS = 2000
+HEARTBEAT_EVERY_S = 0.25
+DEAD_AFTER_MS = 1000
 #: Heartbeats older than this are removed from the processes hash.
 FORGET_AFTER_MS = 3_600_000
 #: How often a consumer trims acknowledged entries and logs its stats line (with -v).
@@ -162,9 +164,9 @@ class GroupReader:
         heartbeats: str,
         count: int = 500,
         claim_idle_ms: int = 30_000,
-        dead_idle_ms: int = 1000,
+        dead_idle_ms: int = 500,
         dead_after_ms: int = DEAD_AFTER_MS,
-        claim_every_s: float = 1.0,
+        claim_every_s: float = 0.5,
         max_deliveries: int = 5,
     ) -> None:
         self.redis = redis
