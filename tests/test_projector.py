@@ -10,13 +10,24 @@ finds an edited event and an edited view.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import msgpack
 import pytest
 import redis.asyncio as aioredis
 
-from schemas.codec import FIELD, FIELD_BYTES, decode_reply, encode, event_hash, unpack
+from schemas.codec import (
+    FIELD,
+    FIELD_BYTES,
+    decode_reply,
+    encode,
+    event_hash,
+    unpack,
+    unpack_event,
+)
 from schemas.commands import CreateGame, PlayMove, SeatPlayer, SeatSpec
 from services.bus.clients import QueryClient
 from services.bus.consumer import Entry
@@ -27,11 +38,14 @@ from services.projector import (
     compare_read_models,
     fold,
     rebuild,
+    registry,
     snapshot,
     verify,
 )
-from services.runtime import ServiceSet, create_games
+from services.projector.rebuild import rebuild_write
+from services.runtime import ServiceSet, create_games, wait_until_ended
 
+ROOT = Path(__file__).resolve().parents[1]
 KEYS = Keys()
 BOTS = ["random", "random"]
 #: Every game once, on small boards where there is a choice, so drains stay short.
@@ -338,4 +352,54 @@ async def test_a_feed_entry_that_fails_alone_is_set_aside_not_retried(
     mine = [f for f in dead if f[b"group"] == PROJECTOR_GROUP.encode()]
     assert [(f[b"stream"].decode(), f[b"id"]) for f in mine] == [(feed, bad_id)]
     assert b"KeyError" in mine[0][b"reason"]
+    assert (await verify(redis, KEYS)).problems == []
+
+
+async def test_rebuild_while_play_goes_on_leaves_every_read_model_right(
+    redis: aioredis.Redis, redis_url: str
+) -> None:
+    """`agon rebuild` (its own processes) and in-process rebuilds race a live pipeline; once
+    play stops, verify finds every read model equal to what the logs imply."""
+    services = ServiceSet(redis, KEYS, ["random"])
+    await services.start()
+    try:
+        ids = await create_games(redis, KEYS, [("supply-chains", {}), ("teeko", {})], 15, BOTS)
+        rebuilds = 0
+        while await wait_until_ended(redis, KEYS, ids, 0.01, services.failed):
+            if rebuilds % 2:
+                await rebuild(redis, KEYS)
+            else:
+                run = subprocess.run(
+                    [sys.executable, "-m", "services.cli", "rebuild", "--redis-url", redis_url],
+                    cwd=ROOT, capture_output=True, text=True, timeout=120,
+                )  # fmt: skip
+                assert run.returncode == 0, run.stderr
+            rebuilds += 1
+        assert rebuilds >= 2, "play ended before a rebuild could race it"
+    finally:
+        await services.stop()
+    report = await verify(redis, KEYS)
+    assert report.problems == []
+    assert report.games == len(ids)
+
+
+async def test_a_rebuild_write_from_an_older_log_never_overwrites_newer_models(
+    redis: aioredis.Redis,
+) -> None:
+    """The race above, made certain: a rebuild folds the logs mid-play, the games then end
+    and are projected, and only then does the rebuild write what it folded."""
+    services = ServiceSet(redis, KEYS, ["random"])
+    ids = await create_games(redis, KEYS, [("teeko", {})], 4, BOTS)
+    for _ in range(6):  # part of each game
+        await services.engines[0].drain()
+        await services.dispatcher.drain()
+        await services.workers[0].drain()
+    await services.projector.drain()
+    query = QueryClient(redis, KEYS)
+    stale = [fold(gid, [unpack_event(e.data) for e in await query.log(gid)]) for gid in ids]
+    assert all(game.status == "playing" for game in stale)
+    await services.drain()
+    assert all(v is not None and v["status"] == "ended" for v in await query.views(ids))
+    results = await registry.write(redis, KEYS, [rebuild_write(g) for g in stale])
+    assert all(refused != -1 for refused, _ in results)  # the stored models are newer
     assert (await verify(redis, KEYS)).problems == []

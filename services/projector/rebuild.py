@@ -30,7 +30,7 @@ from schemas.codec import FIELD, FIELD_BYTES, DecodeError, unpack_event
 from services.bus.connection import Client, connect
 from services.bus.consumer import as_text
 from services.bus.keys import Keys
-from services.projector.fold import fold
+from services.projector.fold import GameFold, fold
 from services.projector.registry import Write, stored_models, write
 
 
@@ -146,7 +146,7 @@ async def _rebuild_partitions(
                     except Exception as exc:
                         stats.skipped.append(f"game {gid}: {exc}")
                         continue
-                    writes.append(Write(game, 0, game.seq))
+                    writes.append(rebuild_write(game))
                     stats.games += 1
                     stats.events += len(datas)
                 if writing is not None:
@@ -158,6 +158,12 @@ async def _rebuild_partitions(
             for task in tasks:
                 task.cancel()
     return stats
+
+
+def rebuild_write(game: GameFold) -> Write:
+    """Rebuild's write of a game folded from its log: it replaces what is stored unless the
+    stored models are ahead of this fold (a live projector wrote a newer seq)."""
+    return Write(game, 0, game.seq)
 
 
 async def sweep(redis: Client, keys: Keys) -> int:
