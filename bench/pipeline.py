@@ -39,10 +39,11 @@ from redis.asyncio import Redis
 from engine import load_game
 from schemas.codec import FIELD, encode, unpack
 from schemas.commands import CreateGame, PlayMove, SeatSpec
-from schemas.tokens import bot_token, server_secret
+from schemas.tokens import bot_token
 from services.bus.clients import CommandClient
 from services.bus.connection import connect
 from services.bus.keys import Keys
+from services.bus.secret import shared_secret
 from services.engine_service import EngineService, settle_heap
 from services.engine_service.service import EngineStats
 from services.projector import rebuild
@@ -76,12 +77,13 @@ def random_games(game: str, count: int, seed: int) -> list[list[str]]:
 class MoveQueue:
     """Precomputed games as commands: creation, then each move with its expected seq."""
 
-    def __init__(self, keys: Keys, game: str, games: list[list[str]], tag: str) -> None:
+    def __init__(
+        self, keys: Keys, game: str, games: list[list[str]], tag: str, secret: bytes
+    ) -> None:
         self.keys = keys
         self.game = game
         self.ids = [f"{game}-{tag}-{i}" for i in range(len(games))]
         self.games = games
-        secret = server_secret()
         self.tokens = {
             (gid, seat): bot_token(secret, gid, seat) for gid in self.ids for seat in (1, 2)
         }
@@ -202,7 +204,8 @@ async def engine_throughput(
     # Size the run to about `seconds` at the target rate, in whole random games.
     per_game = len(random_games(game, 1, 0)[0]) or 1
     count = max(50, int(TARGET_MOVES_PER_SEC * seconds / per_game))
-    queue = MoveQueue(keys, game, random_games(game, count, 7), tag)
+    secret = await shared_secret(redis, keys)
+    queue = MoveQueue(keys, game, random_games(game, count, 7), tag, secret)
     await send(redis, [(s, d) for s, d in queue.creates()])
     # One engine process creates the games, then (its cache warm, as in steady play)
     # drains the queued moves on cue; only that second drain is timed.
@@ -230,10 +233,12 @@ async def latency(
 ) -> dict[str, Any]:
     """p50/p99 ms from a command's XADD to its event on the feed, at `rate` moves/s."""
     total = int(rate * seconds)
-    queues = []
-    for game in GAMES:
-        # Enough games that each sees a move only every few hundred ms, none ending early.
-        queues.append(MoveQueue(keys, game, random_games(game, max(50, total // 12), 11), tag))
+    secret = await shared_secret(redis, keys)
+    # Enough games that each sees a move only every few hundred ms, none ending early.
+    queues = [
+        MoveQueue(keys, game, random_games(game, max(50, total // 12), 11), tag, secret)
+        for game in GAMES
+    ]
     # The engine runs before the games exist, so it holds them all in its cache.
     proc = engine_process(url, keys.prefix, "run")
     assert proc.stdout is not None

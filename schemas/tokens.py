@@ -3,9 +3,10 @@
 A log keeps only `token_hash(token)`. Human seats get a random token in the reply
 to `SeatPlayer`. Bot seats are seated at creation, so their tokens are derived:
 `bot_token(secret, game_id, seat)` = HMAC-SHA256 of "game_id|seat" under the server
-secret (env `AGON_SECRET`, default a fixed development secret). The dispatcher puts
-the token in each turn request; a worker with the secret could derive it too. The
-operator's `admin_token(secret)` may abort any game.
+secret: env `AGON_SECRET`, else one that the first service of a deployment generates
+and shares through Redis (`services.bus.secret`); there is no default anyone could read.
+The dispatcher puts the token in each turn request; a worker with the secret could derive
+it too. The operator's `admin_token(secret)` may abort any game.
 """
 
 from __future__ import annotations
@@ -15,12 +16,16 @@ import hmac
 import os
 import secrets
 
-#: Development default; set AGON_SECRET in any deployment that faces the world.
-DEV_SECRET = "agon-dev-secret"
+
+def secret_from_env() -> bytes | None:
+    """The operator's secret (env `AGON_SECRET`), if one is set."""
+    value = os.environ.get("AGON_SECRET", "")
+    return value.encode() if value else None
 
 
-def server_secret() -> bytes:
-    return os.environ.get("AGON_SECRET", DEV_SECRET).encode()
+def new_secret() -> bytes:
+    """A fresh random server secret (256 bits)."""
+    return secrets.token_hex(32).encode()
 
 
 def token_hash(token: str) -> str:

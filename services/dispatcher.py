@@ -31,7 +31,7 @@ from typing import Any
 from schemas.codec import FIELD, DecodeError, encode, unpack, unpack_event
 from schemas.commands import Abort, ClaimTimeout
 from schemas.events import EventMap
-from schemas.tokens import admin_token, bot_token, server_secret
+from schemas.tokens import admin_token, bot_token
 from schemas.turns import TurnRequest
 from services.bus.cache import LRU
 from services.bus.clients import QueryClient, log_entries
@@ -44,6 +44,7 @@ from services.bus.consumer import (
 )
 from services.bus.keys import DISPATCHER_GROUP, Keys
 from services.bus.scripts import Script
+from services.bus.secret import shared_secret
 from services.projector.fold import GameFold
 from services.projector.live import FEED_GROUPS
 
@@ -110,7 +111,8 @@ class Dispatcher(StreamConsumer):
             block_ms=min(block_ms, int(clock_every_s * 1000)) or 1,
             claim_idle_ms=claim_idle_ms,
         )
-        self.secret = secret if secret is not None else server_secret()
+        #: the server secret, given or (at `setup`) shared through Redis
+        self.secret = secret or b""
         self.clock_every_s = clock_every_s
         self.clock = clock
         self.unserved_ms = unserved_ms
@@ -130,6 +132,11 @@ class Dispatcher(StreamConsumer):
             "aborted_unserved": self.unserved_aborted,
             "set_aside": self.entries_set_aside,
         }
+
+    async def setup(self) -> None:
+        await super().setup()
+        if not self.secret:
+            self.secret = await shared_secret(self.redis, self.keys)
 
     def forget(self) -> None:
         self._cache.clear()

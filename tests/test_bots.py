@@ -23,14 +23,23 @@ from bots.worker import BotWorker
 from engine import State, load_game
 from schemas.codec import FIELD, FIELD_BYTES, decode_command, decode_turn, encode, unpack
 from schemas.commands import ClaimTimeout, CreateGame, PlayMove, SeatPlayer, SeatSpec
-from schemas.tokens import bot_token, server_secret
+from schemas.tokens import bot_token
 from schemas.turns import TurnRequest
 from services.bus.keys import DISPATCHER_GROUP, WORKERS_GROUP, Keys
+from services.bus.secret import shared_secret
 from services.dispatcher import TIMEOUT_GRACE_MS, Dispatcher
 from services.engine_service import EngineService
 from services.runtime import ServiceSet, create_games
 
 KEYS = Keys()
+
+#: Every service of these tests takes its secret from the environment, as a deployment may.
+SECRET = b"bots-test-secret"
+
+
+@pytest.fixture(autouse=True)
+def agon_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGON_SECRET", SECRET.decode())
 
 
 def test_the_registry_knows_the_random_bot_and_refuses_strangers() -> None:
@@ -83,7 +92,7 @@ def request(gid: str, seq: int, moves: list[str], **kw: Any) -> TurnRequest:
         "seat": seat,
         "colour": seat,
         "bot": "random",
-        "token": bot_token(server_secret(), gid, seat),
+        "token": bot_token(SECRET, gid, seat),
     }
     return TurnRequest(**(fields | kw))
 
@@ -208,7 +217,8 @@ async def test_the_dispatcher_writes_a_complete_turn_request(redis: aioredis.Red
     turn = decode_turn(fields[FIELD_BYTES])
     head = await redis.xlen(KEYS.log(gid))
     assert (turn.game_id, turn.seq, turn.seat, turn.colour, turn.moves) == (gid, head, 1, 1, [])
-    assert turn.token == bot_token(server_secret(), gid, 1)
+    assert turn.token == bot_token(await shared_secret(redis, KEYS), gid, 1)
+    assert turn.token == bot_token(SECRET, gid, 1)
     assert turn.deadline == 0, "no move clock was asked for"
 
 

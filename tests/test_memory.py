@@ -267,6 +267,7 @@ def key_kind(keys: Keys, name: str, game_ids: Sequence[str]) -> str | None:
             return per_game[name]
     shared = {
         keys.processes(): "processes",
+        keys.secret(): "server secret",
         keys.reader_dead_letter(): "reader dead letters",
         keys.bot_turns(BOT): "inbox",
     }

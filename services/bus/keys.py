@@ -24,6 +24,7 @@ Layout, for prefix "agon" and partition p:
     agon:readers:dead                   feed and inbox entries set aside by their readers
     agon:replies:<name>                 a reply stream (e.g. one per gateway or CLI process)
     agon:processes                      hash consumer name -> heartbeat (JSON: role, time, stats)
+    agon:secret                         the generated server secret, when AGON_SECRET is unset
 
 On a Redis Cluster every `{p}` key of a partition lives in one hash slot; keys without a
 tag (reply streams, the heartbeat hash, the readers' dead letters) are each used alone.
@@ -94,6 +95,10 @@ class Keys:
 
     def dead_letter(self, p: int) -> str:
         return f"{self._p(p)}:dead"
+
+    def secret(self) -> str:
+        """The server secret shared through Redis when the operator sets none."""
+        return f"{self.prefix}:secret"
 
     def processes(self) -> str:
         """Every consumer's heartbeat: how dead consumers are noticed, and what `status` shows."""

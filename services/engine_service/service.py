@@ -42,7 +42,6 @@ from schemas.codec import (
 from schemas.codec import reply_address as read_reply_address
 from schemas.commands import ClaimTimeout, Command, PlayMove, Resign
 from schemas.replies import Rejected
-from schemas.tokens import server_secret
 from services.bus.cache import LRU
 from services.bus.clients import REPLY_MAXLEN, REPLY_TTL_MS, log_entries
 from services.bus.connection import Client
@@ -54,6 +53,7 @@ from services.bus.consumer import (
     now_ms,
 )
 from services.bus.keys import ENGINE_GROUP, Keys
+from services.bus.secret import shared_secret
 from services.engine_service.decide import GameRecord, Reject, Rules
 from services.engine_service.store import Commit, Committed, EventStore, SeqConflict
 
@@ -150,7 +150,8 @@ class EngineService(StreamConsumer):
         )
         self.consumer = self.reader.consumer
         self.store = EventStore(redis, keys, reply_ttl_ms=reply_ttl_ms)
-        self.rules = Rules(secret if secret is not None else server_secret())
+        #: the rules, once the secret is known (`setup`)
+        self.rules = Rules(secret) if secret is not None else None
         self.clock = clock
         # Commands are judged by when they reached Redis (entry ids); a test that sets the
         # engine's clock judges them by that clock instead.
@@ -172,6 +173,11 @@ class EngineService(StreamConsumer):
             "malformed": c.malformed,
             "dead": c.dead_lettered + self.entries_set_aside,
         }
+
+    async def setup(self) -> None:
+        await super().setup()
+        if self.rules is None:
+            self.rules = Rules(await shared_secret(self.redis, self.keys))
 
     def dead_letter_for(self, entry: Entry) -> str:
         return self.keys.dead_letter(self._streams.get(entry.stream, 0))
@@ -360,6 +366,7 @@ class EngineService(StreamConsumer):
         cmd = work.command
         head = rec.head if rec is not None else 0
         try:
+            assert self.rules is not None, "setup() first"
             decision = self.rules.decide(rec, cmd, now, self.arrival(work.entry))
         except Reject as rej:
             reply = Rejected(

@@ -1,0 +1,25 @@
+"""The server secret every process of a deployment shares (bot seat tokens, the admin token).
+
+`AGON_SECRET` when the operator sets it; otherwise the first process to ask generates a
+random one and stores it in Redis (`SET NX`, so racing processes agree on the first), where
+every other process finds it. Nothing in the code base knows a secret, so no one can forge
+a token by reading it; whoever can read Redis could already rewrite every log.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas.tokens import new_secret, secret_from_env
+from services.bus.connection import Client
+from services.bus.keys import Keys
+
+
+async def shared_secret(redis: Client, keys: Keys) -> bytes:
+    """The deployment's secret: the environment's, else the one shared through Redis."""
+    configured = secret_from_env()
+    if configured is not None:
+        return configured
+    await redis.set(keys.secret(), new_secret(), nx=True)
+    stored: Any = await redis.get(keys.secret())
+    return bytes(stored)
