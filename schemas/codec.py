@@ -3,9 +3,9 @@
 A stream entry carries one encoded model in field `m` (`FIELD`). `encode` writes the
 model's fields (including `type` and the schema version `v`) as a msgpack map in
 declaration order, so the same model always gives the same bytes; the hash chain
-hashes those stored bytes (`event_hash`). `encode_move_played` and `encode_accepted`
-write the same bytes as `encode` from plain values without building a model, for the
-engine's hot path, where every value comes from data it has already checked. Decoders
+hashes those stored bytes (`event_hash`). `move_played_map` with `encode_map`, and
+`encode_accepted`, write the same bytes as `encode` from plain values without building a
+model, for the engine's hot path, where every value comes from data it has checked. Decoders
 never raise anything but `DecodeError`, whose `code` is "malformed" or "too_large",
 the reply codes a sender gets for a broken entry.
 """
@@ -20,7 +20,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from schemas.base import SCHEMA_VERSION
 from schemas.commands import Command
-from schemas.events import Event, EventMap
+from schemas.events import Event, EventMap, MovePlayedMap
 from schemas.replies import Reply
 from schemas.turns import Turn
 
@@ -51,7 +51,7 @@ def encode(model: BaseModel) -> bytes:
     return msgpack.packb(model.model_dump(mode="python"), use_bin_type=True)
 
 
-def encode_move_played(
+def move_played_map(
     game_id: str,
     seq: int,
     time: int,
@@ -64,31 +64,31 @@ def encode_move_played(
     scores_after: list[int] | None,
     colours: list[int],
     to_move: int,
-) -> bytes:
-    """`encode(MovePlayed(...))` of trusted values: the engine's hottest encoding.
+) -> MovePlayedMap:
+    """The map of a `MovePlayed` of trusted values, without building (and validating) the
+    model: the engine's hottest event. Field by field in `MovePlayed`'s declaration order,
+    so `encode_map` writes the bytes `encode(MovePlayed(...))` would (tests hold it so)."""
+    return {
+        "v": SCHEMA_VERSION,
+        "game_id": game_id,
+        "seq": seq,
+        "time": time,
+        "command_id": command_id,
+        "prev_hash": prev_hash,
+        "type": "move_played",
+        "ply": ply,
+        "seat": seat,
+        "colour": colour,
+        "move": move,
+        "scores_after": scores_after,
+        "colours": colours,
+        "to_move": to_move,
+    }
 
-    Spelled out field by field in `MovePlayed`'s declaration order; tests hold it to
-    byte equality with `encode`.
-    """
-    data: bytes = msgpack.packb(
-        {
-            "v": SCHEMA_VERSION,
-            "game_id": game_id,
-            "seq": seq,
-            "time": time,
-            "command_id": command_id,
-            "prev_hash": prev_hash,
-            "type": "move_played",
-            "ply": ply,
-            "seat": seat,
-            "colour": colour,
-            "move": move,
-            "scores_after": scores_after,
-            "colours": colours,
-            "to_move": to_move,
-        },
-        use_bin_type=True,
-    )
+
+def encode_map(event: EventMap) -> bytes:
+    """An event map (in its model's field order) as the bytes `encode` gives its model."""
+    data: bytes = msgpack.packb(event, use_bin_type=True)
     return data
 
 

@@ -16,24 +16,32 @@ from __future__ import annotations
 import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from engine import ENGINE_VERSION, Game, IllegalMoveError, InvalidMoveError, Move, State, load_game
+from engine import ENGINE_VERSION, IllegalMoveError, InvalidMoveError, Move, State, load_game
 from engine.core import game_names
-from schemas.codec import decode_event, encode, encode_move_played, event_hash
+from schemas.codec import (
+    decode_event,
+    encode,
+    encode_map,
+    event_hash,
+    move_played_map,
+    unpack_event,
+)
 from schemas.commands import Abort, ClaimTimeout, Command, CreateGame, PlayMove, Resign, SeatPlayer
 from schemas.events import (
     EndReason,
     EventBase,
+    EventMap,
     GameCreated,
     GameEnded,
     GameStarted,
-    MovePlayed,
     PlayerSeated,
 )
 from schemas.replies import RejectCode
 from schemas.tokens import admin_token, bot_token, new_human_token, token_hash, token_matches
 from services.bus.clients import LogEntry
+from services.projector.fold import GameFold, fold
 
 
 class Reject(Exception):
@@ -48,19 +56,13 @@ class Reject(Exception):
 # -- the functional core ---------------------------------------------------------------
 @dataclass
 class GameRecord:
-    """What the engine knows of a live game: the position and the facts of its log."""
+    """What the engine knows of a live game: the shared fold of its log (position, seats,
+    status, clock) plus what only the engine needs: the creation as a model, the hash of
+    the head event (the next event's `prev_hash`) and the tokens it has verified."""
 
-    game_id: str
     created: GameCreated
-    game: Game
-    state: State
-    head: int = 0
+    fold: GameFold
     last_hash: str = ""
-    #: time of the head event: a per-move deadline runs from it
-    last_time: int = 0
-    seated: dict[int, PlayerSeated] = field(default_factory=dict)
-    started: bool = False
-    ended: GameEnded | None = None
     #: Per seat, the last token that matched its logged hash: a bot sends the same token
     #: with every move, and comparing it is cheaper than hashing it again.
     verified: dict[int, str] = field(default_factory=dict)
@@ -70,46 +72,66 @@ class GameRecord:
         """Fold a stored log into a record; None for a game without a log."""
         if not entries:
             return None
-        rec: GameRecord | None = None
-        for entry in entries:
-            event = decode_event(entry.data)
-            if rec is None:
-                if not isinstance(event, GameCreated):
-                    raise ValueError(f"game {game_id}: log starts with {event.type}")
-                rec = cls.new(event)
-            elif isinstance(event, MovePlayed):
-                rec.state.apply(event.move)
-            rec.evolve(event, event_hash(entry.data))
-        return rec
+        created = decode_event(entries[0].data)
+        if not isinstance(created, GameCreated):
+            raise ValueError(f"game {game_id}: log starts with {created.type}")
+        folded = fold(game_id, [unpack_event(e.data) for e in entries])
+        if folded.state is None:
+            raise ValueError(f"game {game_id}: {folded.error}")
+        return cls(created, folded, event_hash(entries[-1].data))
 
     @classmethod
-    def new(cls, created: GameCreated) -> GameRecord:
-        game = load_game(created.game, **created.options)
-        return cls(created.game_id, created, game, game.new_initial_state())
+    def new(cls, created: GameCreated, data: bytes) -> GameRecord:
+        """The record of a game whose `GameCreated` (encoded as `data`) was just decided."""
+        folded = GameFold.start(_event_map(created))
+        if folded.state is None:
+            raise ValueError(folded.error)
+        return cls(created, folded, event_hash(data))
 
     def evolve(self, event: EventBase, data_hash: str) -> None:
-        """Fold one event's facts in; a `MovePlayed` must already be applied to `state`."""
-        self.head = event.seq
+        """Fold in an event the engine decided (never a move: see `GameFold.played`)."""
+        self.fold.apply(_event_map(event))
         self.last_hash = data_hash
-        self.last_time = event.time
         if isinstance(event, PlayerSeated):
-            self.seated[event.seat] = event
             self.verified.pop(event.seat, None)
-        elif isinstance(event, GameStarted):
-            self.started = True
-        elif isinstance(event, GameEnded):
-            self.ended = event
+
+    @property
+    def game_id(self) -> str:
+        return self.fold.game_id
+
+    @property
+    def state(self) -> State:
+        state = self.fold.state
+        assert state is not None  # `new` and `from_log` refuse a game without rules
+        return state
+
+    @property
+    def head(self) -> int:
+        return self.fold.seq
+
+    @property
+    def last_time(self) -> int:
+        """Time of the head event: a per-move deadline runs from it."""
+        return self.fold.updated
+
+    @property
+    def started(self) -> bool:
+        return self.fold.status != "waiting"
+
+    @property
+    def end_reason(self) -> str | None:
+        """Why the game ended, or None while it goes on."""
+        return None if self.fold.result is None else str(self.fold.result["reason"])
 
     @property
     def deadline(self) -> int:
         """When the seat to move must have sent its move (ms; 0: no clock)."""
-        limit = self.created.move_time_ms
-        return self.last_time + limit if limit and self.started and self.ended is None else 0
+        return self.fold.deadline
 
     @property
     def to_move(self) -> int:
         """The seat to move (0 once the game is over)."""
-        return 0 if self.ended is not None else self.state.seat_to_move
+        return 0 if self.fold.status == "ended" else self.state.seat_to_move
 
     def colours(self) -> list[int]:
         """The colour of each seat: seats hold colours 1 and 2 in order unless swapped."""
@@ -118,6 +140,12 @@ class GameRecord:
     def scores(self) -> list[int] | None:
         scores = self.state.scores()
         return None if scores is None else list(scores)
+
+
+def _event_map(event: EventBase) -> EventMap:
+    """A decided event as the map the fold reads (what its encoding unpacks to)."""
+    mapped: Any = event.model_dump()
+    return cast("EventMap", mapped)
 
 
 @dataclass
@@ -150,8 +178,8 @@ class Rules:
             return self._create(rec, cmd, now)
         if rec is None:
             raise Reject("unknown_game", f"no game {cmd.game_id}")
-        if rec.ended is not None:
-            raise Reject("game_over", f"game {cmd.game_id} is over ({rec.ended.reason})")
+        if rec.end_reason is not None:
+            raise Reject("game_over", f"game {cmd.game_id} is over ({rec.end_reason})")
         out = Decision(rec, [])
         if isinstance(cmd, SeatPlayer):
             out.token = self._seat(out, cmd, now)
@@ -197,9 +225,7 @@ class Rules:
             engine_version=ENGINE_VERSION,
         )
         data = encode(created)
-        rec = GameRecord(cmd.game_id, created, game, game.new_initial_state())
-        rec.evolve(created, event_hash(data))
-        out = Decision(rec, [data])
+        out = Decision(GameRecord.new(created, data), [data])
         for seat, spec in enumerate(cmd.seats, start=1):
             if spec.kind == "bot":
                 token = bot_token(self.secret, cmd.game_id, seat)
@@ -221,8 +247,9 @@ class Rules:
         spec = rec.created.seats[cmd.seat - 1]
         if spec.kind == "bot":
             raise Reject("bad_token", f"seat {cmd.seat} is the bot {spec.name}'s")
-        if cmd.seat in rec.seated:
-            raise Reject("bad_token", f"seat {cmd.seat} is taken by {rec.seated[cmd.seat].name}")
+        if cmd.seat in rec.fold.token_hashes:
+            taken_by = rec.fold.seats[cmd.seat - 1]["name"]
+            raise Reject("bad_token", f"seat {cmd.seat} is taken by {taken_by}")
         if spec.name and spec.name != cmd.name:
             raise Reject("bad_token", f"seat {cmd.seat} is reserved for {spec.name}")
         token = new_human_token()
@@ -273,7 +300,7 @@ class Rules:
         to_move = state.seat_to_move
         seq = rec.head + 1
         after = state.scores()
-        data = encode_move_played(
+        event = move_played_map(
             rec.game_id,
             seq,
             now,
@@ -287,7 +314,9 @@ class Rules:
             rec.colours(),
             to_move,
         )
-        rec.head, rec.last_hash, rec.last_time = seq, event_hash(data), now
+        data = encode_map(event)
+        rec.fold.played(event)
+        rec.last_hash = event_hash(data)
         out.events.append(data)
         outcome = state.outcome()
         if outcome is not None:
@@ -316,19 +345,19 @@ class Rules:
 
     # -- helpers -------------------------------------------------------------------------
     def _check_token(self, rec: GameRecord, seat: int, token: str) -> None:
-        seated = rec.seated.get(seat)
+        seated = rec.fold.token_hashes.get(seat)
         if seated is None:
             raise Reject("bad_token", f"seat {seat} of game {rec.game_id} is not taken")
         known = rec.verified.get(seat)
         if known is not None and hmac.compare_digest(token, known):
             return
-        if not token_matches(token, seated.token_hash):
+        if not token_matches(token, seated):
             raise Reject("bad_token", f"wrong token for seat {seat} of game {rec.game_id}")
         rec.verified[seat] = token
 
     def _start_if_full(self, out: Decision, cmd: Command, now: int) -> None:
         rec = out.record
-        if not rec.started and len(rec.seated) == len(rec.created.seats):
+        if not rec.started and len(rec.fold.token_hashes) == len(rec.created.seats):
             self._emit(out, cmd, now, GameStarted, to_move=rec.to_move, colours=rec.colours())
 
     def _end(

@@ -434,7 +434,7 @@ class EngineService(StreamConsumer):
             if isinstance(cmd, PlayMove):
                 self.counts.moves += 1
             rec = self._cache.get(cmd.game_id)
-            if rec is not None and rec.ended is not None:
+            if rec is not None and rec.end_reason is not None:
                 self._evict(cmd.game_id)  # finished games only ever get rejections now
         else:
             self.counts.rejected += 1

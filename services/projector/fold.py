@@ -50,6 +50,8 @@ class GameFold:
     updated: int = 0
     #: every move so far, in notation
     moves: list[str] = field(default_factory=list)
+    #: per taken seat, the sha256 of its token (what the engine checks tokens against)
+    token_hashes: dict[int, str] = field(default_factory=dict)
     #: move text -> action code, shared by every game with the same rules and options
     actions: dict[str, int] = field(default_factory=dict)
 
@@ -131,6 +133,7 @@ class GameFold:
         if ev["type"] == "player_seated":
             seat = self.seats[ev["seat"] - 1]
             seat["name"], seat["kind"], seat["seated"] = ev["name"], ev["kind"], True
+            self.token_hashes[ev["seat"]] = ev["token_hash"]
         elif ev["type"] == "game_started":
             self.status = "playing"
             self.to_move = ev["to_move"]
@@ -156,6 +159,15 @@ class GameFold:
         self.scores = ev["scores_after"]
         self._colours(ev["colours"])
         self.last_move = {"ply": ev["ply"], "seat": ev["seat"], "move": ev["move"]}
+
+    def played(self, ev: MovePlayedMap) -> None:
+        """Fold in a move the caller has already applied to `state` (the engine deciding)."""
+        if ev["seq"] != self.seq + 1:
+            raise ValueError(f"game {self.game_id}: event seq {ev['seq']} after {self.seq}")
+        self.moves.append(ev["move"])
+        self._moved(ev)
+        self.seq = ev["seq"]
+        self.updated = ev["time"]
 
     @property
     def deadline(self) -> int:
