@@ -19,10 +19,12 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from schemas.codec import FIELD
-from schemas.commands import CreateGame, SeatSpec
+from schemas.commands import Abort, CreateGame, SeatSpec
+from schemas.tokens import admin_token
 from services.bus.clients import CommandClient
 from services.bus.consumer import DEAD_LETTER_KEEP_BYTES, trim_acknowledged
 from services.bus.keys import DISPATCHER_GROUP, ENGINE_GROUP, PROJECTOR_GROUP, Keys
+from services.bus.secret import shared_secret
 from services.dispatcher import Dispatcher
 from services.engine_service import EngineService
 from services.projector import Projector, verify
@@ -153,6 +155,12 @@ async def test_nothing_unacknowledged_is_trimmed(redis: aioredis.Redis, namespac
 
 
 # -- b. reply memories expire ------------------------------------------------------------
+async def abort(redis: aioredis.Redis, keys: Keys, game_id: str) -> Abort:
+    """The operator ends the game: the commit that starts its reply memory's window."""
+    token = admin_token(await shared_secret(redis, keys))
+    return Abort(command_id=f"abort-{game_id}", game_id=game_id, seat=0, token=token)
+
+
 def create(game_id: str, reply_to: str = "") -> CreateGame:
     return CreateGame(
         command_id=f"create-{game_id}",
@@ -175,7 +183,8 @@ async def test_reply_memory_expires_after_the_idempotency_window(
     assert DAY_MS - 120_000 < ttl <= DAY_MS
     assert await redis.hlen(keys.replies_memory(played)) > 4  # every move's command id
 
-    # A shorter window, on a command that asks for a reply.
+    # A shorter window, on a command that asks for a reply. While the game goes on its
+    # memory stays; the window starts with the commit that ends the game.
     reply_to = keys.reply_stream("memory-test")
     engine = EngineService(redis, keys, reply_ttl_ms=2000)
     await CommandClient(redis, keys).send([create("short", reply_to)])
@@ -183,12 +192,15 @@ async def test_reply_memory_expires_after_the_idempotency_window(
     [(_, reply)] = await redis.xrange(reply_to)
     memory = keys.replies_memory("short")
     assert await redis.hget(memory, "create-short") == reply[FIELD.encode()]
+    assert await redis.pttl(memory) == -1
+    await CommandClient(redis, keys).send([await abort(redis, keys, "short")])
+    assert await engine.drain() == 1
     assert 0 < await redis.pttl(memory) <= 2000
 
     # After the window the memory is gone; the log and the view stay, without a TTL.
     engine = EngineService(redis, keys, reply_ttl_ms=300)
-    await CommandClient(redis, keys).send([create("brief")])
-    assert await engine.drain() == 1
+    await CommandClient(redis, keys).send([create("brief"), await abort(redis, keys, "brief")])
+    assert await engine.drain() == 2
     await Projector(redis, keys).drain()
     memory = keys.replies_memory("brief")
     assert 0 < await redis.pttl(memory) <= 300
@@ -197,7 +209,7 @@ async def test_reply_memory_expires_after_the_idempotency_window(
     while await redis.exists(memory) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     assert await redis.exists(memory) == 0
-    assert await redis.xlen(keys.log("brief")) == head == 4
+    assert await redis.xlen(keys.log("brief")) == head == 5
     assert await redis.exists(keys.view("brief")) == 1
     assert await redis.pttl(keys.log("brief")) == -1
     assert await redis.pttl(keys.view("brief")) == -1

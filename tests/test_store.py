@@ -290,5 +290,5 @@ def test_the_read_model_patterns_match_read_models_only() -> None:
         k.dead_letter(p),
         k.clocks(p),
     ]
-    assert all(any(fnmatch.fnmatchcase(key, pat) for pat in patterns) for key in models)
-    assert not any(fnmatch.fnmatchcase(key, pat) for pat in patterns for key in sources)
+    assert all(any(fnmatch.fnmatchcase(key, pat) for pat, _ in patterns) for key in models)
+    assert not any(fnmatch.fnmatchcase(key, pat) for pat, _ in patterns for key in sources)

@@ -557,6 +557,12 @@ class StreamConsumer:
         """Write the effects of a batch, then acknowledge it."""
         raise NotImplementedError
 
+    async def process_overlapped(self, entries: Sequence[Entry]) -> None:
+        """`process`, but the batch's last writes (replies, acks) may still be in flight
+        when it returns, overlapping the next read; `settle()` waits for them. The loop
+        uses this; default: `process`."""
+        await self.process(entries)
+
     def forget(self) -> None:
         """Drop cached state after a failed batch (default: nothing is cached)."""
 
@@ -691,14 +697,14 @@ class StreamConsumer:
             handled += len(entries)
             await self.handle(entries)
 
-    async def handle(self, entries: Sequence[Entry]) -> None:
+    async def handle(self, entries: Sequence[Entry], *, overlapped: bool = True) -> None:
         """`process` the batch; when it fails but Redis is fine, entry by entry.
 
         Retrying a batch that fails for its content would fail forever and stall every
         entry behind it; taken one at a time, only an entry that fails alone is set aside.
         """
         try:
-            await self.process(entries)
+            await (self.process_overlapped if overlapped else self.process)(entries)
             self.entries_handled += len(entries)
         except TRANSIENT_ERRORS:
             raise
@@ -710,8 +716,9 @@ class StreamConsumer:
                 await self.set_aside(entries[0], repr(exc), exc)
                 return
             log.warning("%s: a batch failed (%r); one entry at a time", self.reader.consumer, exc)
+            await self.settle()
             for entry in entries:
-                await self.handle([entry])
+                await self.handle([entry], overlapped=False)
 
     async def _set_aside_poison(self) -> None:
         poison, self.reader.poison = self.reader.poison, []

@@ -196,10 +196,10 @@ class EngineService(StreamConsumer):
     # -- processing ------------------------------------------------------------------------
     async def process(self, entries: Sequence[Entry]) -> None:
         """Decide, commit, reply and acknowledge a batch of entries."""
-        await self._process(entries)
+        await self.process_overlapped(entries)
         await self._flushed()
 
-    async def _process(self, entries: Sequence[Entry]) -> None:
+    async def process_overlapped(self, entries: Sequence[Entry]) -> None:
         """Decide and commit a batch; its replies and acks leave in the background.
 
         The serving loops go on to read and decide the next batch while Redis takes
@@ -406,6 +406,7 @@ class EngineService(StreamConsumer):
             decision.events,
             now,
             ack=self._ack_in_commit(work),
+            ends=decision.record.end_reason is not None,
         )
 
     def _ack_in_commit(self, work: Work) -> bytes:

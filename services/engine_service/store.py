@@ -10,8 +10,9 @@ each command:
    validated against, return the actual head -> `SeqConflict`;
 3. XADD each event to the log with entry id "<seq>-0" (so ids encode seqs, and Redis
    itself refuses a duplicate seq) and to the partition feed;
-4. remember the reply under the command id for the idempotency window (a TTL on the
-   game's reply memory, default 24 h), and register a new game in `games`.
+4. remember the reply under the command id, and register a new game in `games`. A game's
+   reply memory lives as long as the game, and for the idempotency window (default 24 h)
+   after the commit that ends it: its TTL is set then, once, not on every commit.
 
 Rejections go through the same script with no events: the head check makes sure a
 rejection was decided on the current log, and remembering it keeps retries stable.
@@ -49,8 +50,9 @@ COMMITS_PER_CALL = 64
 #       replies memory.
 # ARGV[1]: msgpack [feed maxlen (0 = unbounded), consumer group, reply memory ttl (ms),
 #          commit, commit...]
-#          where each commit is [head, command id, reply, remember (0|1), time (decimal
-#          text), game id, [event bytes...], command entry id to acknowledge or ""].
+#          where each commit is [head, command id, reply, remember (0: no, 1: yes, 2: and
+#          the game ends: start the memory's TTL), time (decimal text), game id,
+#          [event bytes...], command entry id to acknowledge or ""].
 # Returns per commit two values: 0 + remembered reply (duplicate), 1 + actual head
 # (conflict) or 2 + new head (committed).
 _COMMIT_LUA = """
@@ -84,10 +86,8 @@ for c = 1, (#KEYS - 3) / 2 do
           redis.call('XADD', KEYS[1], '*', 'm', data)
         end
       end
-      if remember == 1 then
-        redis.call('HSET', replies, cid, reply)
-        redis.call('PEXPIRE', replies, ttl)
-      end
+      if remember > 0 then redis.call('HSET', replies, cid, reply) end
+      if remember == 2 then redis.call('PEXPIRE', replies, ttl) end
       if head == 0 and n > 0 then redis.call('ZADD', KEYS[2], time, gid) end
       if ack ~= '' then redis.call('XACK', KEYS[3], group, ack) end
       out[#out + 1] = 2
@@ -119,7 +119,8 @@ class Commit:
     the command's entry on its partition's command stream when nobody waits for a
     reply: the script acknowledges it (for the engine group) in the same atomic step
     that commits or finds the command done, which saves the engine a round trip; a
-    conflict leaves it pending.
+    conflict leaves it pending. `ends`: the events end the game, so the reply memory's
+    idempotency window starts.
     """
 
     game_id: str
@@ -130,6 +131,7 @@ class Commit:
     time: int = 0
     remember: bool = True
     ack: bytes = b""
+    ends: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +186,7 @@ class EventStore:
                     c.head,
                     c.command_id,
                     c.reply,
-                    1 if c.remember else 0,
+                    (2 if c.ends else 1) if c.remember else 0,
                     str(c.time),
                     c.game_id,
                     c.events if isinstance(c.events, list | tuple) else list(c.events),

@@ -75,7 +75,7 @@ class Projector(StreamConsumer):
         self.writes = 0
         self.refolds = 0
         #: per game: its fold, and the cells that fold last wrote
-        self._cache: LRU[str, tuple[GameFold, dict[tuple[str, str], Any]]] = LRU(cache_size)
+        self._cache: LRU[str, tuple[GameFold, dict[tuple[str, str], Any] | None]] = LRU(cache_size)
 
     def stats(self) -> dict[str, int]:
         return {
@@ -171,7 +171,7 @@ class Projector(StreamConsumer):
         return out
 
     async def _write(self, writes: list[Write]) -> list[str]:
-        results = await write(self.redis, self.keys, writes)
+        results = await write(self.redis, self.keys, writes, written=True)
         refused: list[str] = []
         for w, (result, cells) in zip(writes, results, strict=True):
             game = w.game

@@ -169,34 +169,27 @@ def rebuild_write(game: GameFold) -> Write:
 async def sweep(redis: Client, keys: Keys) -> int:
     """Remove read-model cells of games that are not registered; return how many went."""
     models = await stored_models(redis, keys)
+    tables = [(name, kind) for name, kind in models if kind != "string"]
     pipe = redis.pipeline(transaction=False)
-    for name, kind in models:
+    for name, kind in tables:
         if kind == "zset":
             pipe.zrange(name, 0, -1)
-        elif kind == "hash":
-            pipe.hkeys(name)
         else:
-            pipe.exists(name)
-    members = await pipe.execute()
+            pipe.hkeys(name)
+    members = await pipe.execute() if tables else []
     known = set(await _game_ids(redis, keys))  # read after the listing: see the module doc
     views = {keys.view(gid) for gid in known}
     pipe = redis.pipeline(transaction=False)
-    removed = 0
-    for (name, kind), got in zip(models, members, strict=True):
-        if kind == "zset":
-            stale = [m for m in map(as_text, got) if m not in known]
-            if stale:
-                pipe.zrem(name, *stale)
-        elif kind == "hash":
-            stale = [f for f in map(as_text, got) if f.partition("|")[0] not in known]
-            if stale:
-                pipe.hdel(name, *stale)
-        elif kind == "string" and name not in views:
-            stale = [name]  # the only string read models are views
-            pipe.delete(name)
-        else:
-            stale = []
-        removed += len(stale)
+    # The only string read models are views, named by their game.
+    stale_views = [name for name, kind in models if kind == "string" and name not in views]
+    for name in stale_views:
+        pipe.delete(name)  # one key per command: views are in different slots
+    removed = len(stale_views)
+    for (name, kind), got in zip(tables, members, strict=True):
+        stale = [m for m in map(as_text, got) if m.partition("|")[0] not in known]
+        if stale:
+            (pipe.zrem if kind == "zset" else pipe.hdel)(name, *stale)
+            removed += len(stale)
     if removed:
         await pipe.execute()
     return removed

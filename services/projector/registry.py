@@ -25,7 +25,6 @@ from typing import Any, Literal, Protocol
 
 from services.bus.clients import STATUSES
 from services.bus.connection import Client, scan_keys
-from services.bus.consumer import as_text
 from services.bus.keys import Keys
 from services.bus.scripts import Script
 from services.projector.fold import GameFold
@@ -46,9 +45,11 @@ class Cell:
 
 
 class ReadModel(Protocol):
-    """A read model: its keys (as SCAN patterns) and one game's cells."""
+    """A read model: its keys (as SCAN patterns, all of one Redis type) and one game's
+    cells."""
 
     name: str
+    kind: Kind
 
     def patterns(self, keys: Keys) -> list[str]:
         """SCAN patterns that match every key of this model in every partition, and no
@@ -62,6 +63,7 @@ class GameViews:
     """`view:<id>`: the game's view as canonical JSON (board, seats, status, scores...)."""
 
     name = "views"
+    kind: Kind = "string"
 
     def patterns(self, keys: Keys) -> list[str]:
         return [keys.view_pattern()]
@@ -74,6 +76,7 @@ class GameIndex:
     """Sorted sets of game ids by status, game, player and time, scored by creation time."""
 
     name = "index"
+    kind: Kind = "zset"
 
     def patterns(self, keys: Keys) -> list[str]:
         return [keys.index_pattern()]
@@ -99,6 +102,7 @@ class BotResults:
     a bot may hold both seats)."""
 
     name = "bot-results"
+    kind: Kind = "hash"
 
     def patterns(self, keys: Keys) -> list[str]:
         return [keys.bot_results_pattern()]
@@ -129,22 +133,20 @@ def _outcome(game: GameFold, seat: int) -> str:
 READ_MODELS: list[ReadModel] = [GameViews(), GameIndex(), BotResults()]
 
 
-def all_patterns(keys: Keys) -> list[str]:
-    """SCAN patterns of every read model and of the projector's bookkeeping."""
-    models = (pattern for m in READ_MODELS for pattern in m.patterns(keys))
-    return [keys.projector_seen_pattern(), *models]
+def all_patterns(keys: Keys) -> list[tuple[str, Kind]]:
+    """SCAN patterns, with their keys' type, of every read model and of the projector's
+    bookkeeping."""
+    models = [(pattern, m.kind) for m in READ_MODELS for pattern in m.patterns(keys)]
+    return [(keys.projector_seen_pattern(), "hash"), *models]
 
 
-async def stored_models(redis: Client, keys: Keys) -> list[tuple[str, str]]:
-    """Every stored read-model key (on every node) with its Redis type, sorted by name."""
-    names = sorted(
-        {name for pattern in all_patterns(keys) async for name in scan_keys(redis, pattern)}
-    )
-    pipe = redis.pipeline(transaction=False)
-    for name in names:
-        pipe.type(name)
-    types = [as_text(t) for t in await pipe.execute()]
-    return list(zip(names, types, strict=True))
+async def stored_models(redis: Client, keys: Keys) -> list[tuple[str, Kind]]:
+    """Every stored read-model key (on every node) with its type, sorted by name."""
+    found: dict[str, Kind] = {}
+    for pattern, kind in all_patterns(keys):
+        async for name in scan_keys(redis, pattern):
+            found[name] = kind
+    return sorted(found.items())
 
 
 def game_cells(keys: Keys, game: GameFold) -> list[Cell]:
@@ -152,29 +154,51 @@ def game_cells(keys: Keys, game: GameFold) -> list[Cell]:
 
 
 # -- the guarded write ---------------------------------------------------------------------
-# KEYS: seen hash, then the cells' keys. ARGV: game id, lo, hi, new seen, then per cell
-# an op and its arguments: "S" key value (SET) | "X" key (DEL) | "Z" key member score
-# (ZADD) | "R" key member (ZREM) | "H" key field value (HSET) | "D" key field (HDEL); a key
-# is an index into KEYS. Returns -1 when written, else the stored seen that refused it.
+# One call writes several games of one partition, each on its own terms.
+# KEYS: every key the call names (the partition's seen hash first).
+# ARGV: per game a block: game id, lo, hi, new seen, number of ops, then the ops:
+#   "S" key value (SET) | "X" key (DEL) | "Z" key member score (ZADD) | "R" key member
+#   (ZREM) | "H" key field value (HSET) | "D" key field (HDEL); a key is an index into KEYS.
+# Returns per game -1 when written, else the stored seen that refused it.
 _WRITE = Script(
     """
-local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
-if cur < tonumber(ARGV[2]) or cur > tonumber(ARGV[3]) then return cur end
-local i = 5
+local out = {}
+local i = 1
 while i <= #ARGV do
-  local op, key = ARGV[i], KEYS[tonumber(ARGV[i + 1])]
-  if op == 'S' then redis.call('SET', key, ARGV[i + 2]); i = i + 3
-  elseif op == 'X' then redis.call('DEL', key); i = i + 2
-  elseif op == 'Z' then redis.call('ZADD', key, ARGV[i + 3], ARGV[i + 2]); i = i + 4
-  elseif op == 'R' then redis.call('ZREM', key, ARGV[i + 2]); i = i + 3
-  elseif op == 'H' then redis.call('HSET', key, ARGV[i + 2], ARGV[i + 3]); i = i + 4
-  elseif op == 'D' then redis.call('HDEL', key, ARGV[i + 2]); i = i + 3
-  else return redis.error_reply('unknown op ' .. op) end
+  local gid, lo, hi, seen, n = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]),
+    ARGV[i + 3], tonumber(ARGV[i + 4])
+  local cur = tonumber(redis.call('HGET', KEYS[1], gid) or '0')
+  local ok = cur >= lo and cur <= hi
+  i = i + 5
+  for _ = 1, n do
+    local op, key = ARGV[i], KEYS[tonumber(ARGV[i + 1])]
+    local width
+    if op == 'X' then width = 2
+    elseif op == 'S' or op == 'R' or op == 'D' then width = 3
+    else width = 4 end
+    if ok then
+      if op == 'S' then redis.call('SET', key, ARGV[i + 2])
+      elseif op == 'X' then redis.call('DEL', key)
+      elseif op == 'Z' then redis.call('ZADD', key, ARGV[i + 3], ARGV[i + 2])
+      elseif op == 'R' then redis.call('ZREM', key, ARGV[i + 2])
+      elseif op == 'H' then redis.call('HSET', key, ARGV[i + 2], ARGV[i + 3])
+      elseif op == 'D' then redis.call('HDEL', key, ARGV[i + 2])
+      else return redis.error_reply('unknown op ' .. op) end
+    end
+    i = i + width
+  end
+  if ok then
+    redis.call('HSET', KEYS[1], gid, seen)
+    out[#out + 1] = -1
+  else
+    out[#out + 1] = cur
+  end
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[4])
-return -1
+return out
 """
 )
+#: Games per script call: enough to amortise the call, few enough not to stall the server.
+WRITES_PER_CALL = 64
 
 _OPS: dict[tuple[Kind, bool], str] = {
     ("string", True): "S",
@@ -201,24 +225,31 @@ class Write:
     since: dict[tuple[str, str], Any] | None = None
 
 
-def _call(keys: Keys, w: Write, cells: Sequence[Cell]) -> tuple[list[str], list[Any]]:
-    gid = w.game.game_id
-    script_keys = [keys.projector_seen(keys.partition(gid))]
-    index: dict[str, int] = {}
-    args: list[Any] = [gid, w.lo, w.hi, w.game.seq]
-    since = w.since
-    for cell in cells:
-        if since is not None and since.get((cell.key, cell.field), _ABSENT) == cell.value:
-            continue
-        at = index.get(cell.key)
-        if at is None:
-            script_keys.append(cell.key)
-            at = index[cell.key] = len(script_keys)
-        args += (_OPS[cell.kind, cell.value is not None], at)
-        if cell.field:
-            args.append(cell.field)
-        if cell.value is not None:
-            args.append(cell.value)
+def _call(
+    keys: Keys, p: int, writes: Sequence[Write], cells: Sequence[Sequence[Cell]]
+) -> tuple[list[str], list[Any]]:
+    """One script call for games of partition `p`: its keys and its arguments."""
+    script_keys = [keys.projector_seen(p)]
+    index: dict[str, int] = {script_keys[0]: 1}
+    args: list[Any] = []
+    for w, game_cells_ in zip(writes, cells, strict=True):
+        ops: list[Any] = []
+        count = 0
+        since = w.since
+        for cell in game_cells_:
+            if since is not None and since.get((cell.key, cell.field), _ABSENT) == cell.value:
+                continue
+            count += 1
+            at = index.get(cell.key)
+            if at is None:
+                script_keys.append(cell.key)
+                at = index[cell.key] = len(script_keys)
+            ops += (_OPS[cell.kind, cell.value is not None], at)
+            if cell.field:
+                ops.append(cell.field)
+            if cell.value is not None:
+                ops.append(cell.value)
+        args += (w.game.game_id, w.lo, w.hi, w.game.seq, count, *ops)
     return script_keys, args
 
 
@@ -231,16 +262,39 @@ def cell_values(cells: Sequence[Cell]) -> dict[tuple[str, str], Any]:
 
 
 async def write(
-    redis: Any, keys: Keys, writes: Sequence[Write]
-) -> list[tuple[int, dict[tuple[str, str], Any]]]:
-    """The writes in one round trip; per write -1 (done) or the seen that refused it, with
-    the game's cells as now written (for the next write's `since`)."""
+    redis: Any, keys: Keys, writes: Sequence[Write], *, written: bool = False
+) -> list[tuple[int, dict[tuple[str, str], Any] | None]]:
+    """The writes in one round trip; per write -1 (done) or the seen that refused it, and
+    (with `written`) the game's cells as now written, for the next write's `since`."""
     if not writes:
         return []
     cells = [game_cells(keys, w.game) for w in writes]
-    calls = [_call(keys, w, c) for w, c in zip(writes, cells, strict=True)]
-    results = await _WRITE.run_many(redis, calls)
-    return [(int(r), cell_values(c)) for r, c in zip(results, cells, strict=True)]
+    groups: dict[int, list[int]] = {}
+    calls: list[list[int]] = []
+    for i, w in enumerate(writes):
+        group = groups.setdefault(keys.partition(w.game.game_id), [])
+        if len(group) == WRITES_PER_CALL:
+            calls.append(group[:])
+            group.clear()
+        group.append(i)
+    calls += [g for g in groups.values() if g]
+    answers = await _WRITE.run_many(
+        redis,
+        [
+            _call(
+                keys,
+                keys.partition(writes[call[0]].game.game_id),
+                [writes[i] for i in call],
+                [cells[i] for i in call],
+            )
+            for call in calls
+        ],
+    )
+    out: list[tuple[int, dict[tuple[str, str], Any] | None]] = [(0, None)] * len(writes)
+    for call, answer in zip(calls, answers, strict=True):
+        for i, result in zip(call, answer, strict=True):
+            out[i] = (int(result), cell_values(cells[i]) if written else None)
+    return out
 
 
 class Expected:

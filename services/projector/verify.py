@@ -201,13 +201,14 @@ async def snapshot(redis: Client, keys: Keys | None = None) -> dict[str, bytes]:
             pipe.get(name)
         elif kind == "hash":
             pipe.hgetall(name)
-        elif kind == "zset":
-            pipe.zrange(name, 0, -1, withscores=True)
         else:
-            pipe.type(name)
+            pipe.zrange(name, 0, -1, withscores=True)
     out: dict[str, bytes] = {}
-    for (name, kind), value in zip(models, await pipe.execute(), strict=True):
-        if value:  # a key that vanished between the listing and the read is no model
+    answers = await pipe.execute(raise_on_error=False)
+    for (name, kind), value in zip(models, answers, strict=True):
+        if isinstance(value, Exception):  # e.g. WRONGTYPE: someone wrote another type there
+            out[name] = msgpack.packb(["unexpected", str(value)])
+        elif value:  # a key that vanished between the listing and the read is no model
             out[name] = _canonical(kind, value)
     return out
 
