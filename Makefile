@@ -30,6 +30,7 @@ test: lint
 bench: $(STAMP)
 	$(VENV)/bin/agon bench playouts --seconds $(SECONDS) --json
 	$(VENV)/bin/agon bench pipeline --seconds $(SECONDS) --json
+	$(VENV)/bin/agon bench memory --games 50 --json
 
 conformance: $(STAMP)
 	$(VENV)/bin/agon conformance $(SHARED)/conformance/trials/*.jsonl $(SHARED)/conformance/patterns/*.jsonl

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import statistics
+import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -49,6 +50,7 @@ def key_kinds(keys: Keys, game_ids: Sequence[str], bots: Sequence[str]) -> dict[
         }
     kinds |= {
         keys.processes(): "processes",
+        keys.secret(): "server secret",
         keys.reader_dead_letter(): "reader dead letters",
         **{keys.bot_turns(b): "bot inbox" for b in bots},
     }
@@ -173,7 +175,8 @@ def run_memory_bench(
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # not every consumer's "ready" line, five times over
     try:
-        for name in names:
+        for i, name in enumerate(names, start=1):
+            print(f"[{i}/{len(names)}] {name}: {games} games...", file=sys.stderr, flush=True)
             with EmbeddedRedis() as server:
                 rows.append(asyncio.run(measure_game(server.url, name, games, timeout_s)))
     finally:
