@@ -31,7 +31,13 @@ from services.bus.connection import Client, connect
 from services.bus.consumer import as_text
 from services.bus.keys import Keys
 from services.projector.fold import GameFold, fold
-from services.projector.registry import Write, stored_models, write
+from services.projector.registry import (
+    Write,
+    game_of_field,
+    game_of_key,
+    stored_models,
+    write,
+)
 
 
 @dataclass
@@ -178,15 +184,15 @@ async def sweep(redis: Client, keys: Keys) -> int:
             pipe.hkeys(name)
     members = await pipe.execute() if tables else []
     known = set(await _game_ids(redis, keys))  # read after the listing: see the module doc
-    views = {keys.view(gid) for gid in known}
     pipe = redis.pipeline(transaction=False)
-    # The only string read models are views, named by their game.
-    stale_views = [name for name, kind in models if kind == "string" and name not in views]
-    for name in stale_views:
-        pipe.delete(name)  # one key per command: views are in different slots
-    removed = len(stale_views)
+    stale_keys = [
+        name for name, kind in models if kind == "string" and game_of_key(name) not in known
+    ]
+    for name in stale_keys:
+        pipe.delete(name)  # one key per command: they are in different slots
+    removed = len(stale_keys)
     for (name, kind), got in zip(tables, members, strict=True):
-        stale = [m for m in map(as_text, got) if m.partition("|")[0] not in known]
+        stale = [m for m in map(as_text, got) if game_of_field(m) not in known]
         if stale:
             (pipe.zrem if kind == "zset" else pipe.hdel)(name, *stale)
             removed += len(stale)

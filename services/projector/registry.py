@@ -32,14 +32,25 @@ from services.projector.fold import GameFold
 Kind = Literal["string", "zset", "hash"]
 
 
+def game_of_key(key: str) -> str:
+    """The game a string read model's key belongs to: its keys end with ":<game id>"."""
+    return key.rpartition(":")[2]
+
+
+def game_of_field(member: str) -> str:
+    """The game a sorted-set member or hash field belongs to: it starts with the game id
+    (up to a "|")."""
+    return member.partition("|")[0]
+
+
 @dataclass(frozen=True, slots=True)
 class Cell:
     """One value a read model holds for a game; `value` None means: must be absent."""
 
     kind: Kind
     key: str
-    #: the member (zset) or field (hash) of the game, its game id first (up to a "|");
-    #: "" for a string key
+    #: the member (zset) or field (hash) of the game, its game id first (up to a "|",
+    #: `game_of_field`); "" for a string key, which ends with ":<game id>" (`game_of_key`)
     field: str
     value: bytes | str | int | None
 

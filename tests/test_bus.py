@@ -1,0 +1,168 @@
+"""The bus: the command and query clients, dead consumers, and read models by registry.
+
+Against the session's real redis-server, one key prefix per test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from schemas.commands import CreateGame, SeatSpec
+from services.bus.clients import CommandClient, QueryClient
+from services.bus.consumer import GroupReader
+from services.bus.keys import ENGINE_GROUP, Keys
+from services.engine_service import EngineService
+from services.projector import Projector, rebuild, registry, verify
+from services.projector.fold import GameFold
+from services.runtime import ServiceSet, create_games
+
+BOTS = [SeatSpec(kind="bot", name="random"), SeatSpec(kind="bot", name="random")]
+
+
+@pytest.fixture
+def keys(namespace: str) -> Keys:
+    return Keys(prefix=namespace, partitions=4)
+
+
+def create(gid: str) -> CreateGame:
+    return CreateGame(command_id=f"create-{gid}", game_id=gid, game="teeko", seats=BOTS)
+
+
+async def test_a_late_reply_is_asked_for_again_with_the_same_id(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    engine = EngineService(redis, keys, secret=b"s")
+    async with CommandClient(redis, keys, timeout_s=0.2) as client:
+        asking = asyncio.create_task(client.submit(create("g1"), timeout_s=0.2))
+        await asyncio.sleep(0.3)  # the first wait runs out: the command is sent again
+        assert await engine.drain() == 2  # both copies ...
+        reply = await asking
+    assert reply.type == "accepted" and reply.seq == 4
+    assert await QueryClient(redis, keys).head("g1") == 4  # ... created the game once
+    assert engine.counts.duplicates == 1
+
+
+async def test_no_reply_at_all_is_a_timeout_naming_the_command(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    async with CommandClient(redis, keys) as client:
+        with pytest.raises(TimeoutError, match="create-g1"):
+            await client.submit_many([create("g1")], timeout_s=0.05, retries=1)
+
+
+async def test_the_game_list_filters_and_pages_across_partitions(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    specs = [("teeko", {}), ("overflow", {"size": "3"})]
+    ids = await create_games(redis, keys, specs, 6, ["random", "random"])
+    await ServiceSet(redis, keys, ["random"]).drain()
+    query = QueryClient(redis, keys)
+    assert len({keys.partition(gid) for gid in ids}) > 1  # the list must merge partitions
+
+    seen: list[str] = []
+    cursor = None
+    for _ in range(10):
+        page = await query.games(limit=5, cursor=cursor)
+        seen += [v["game_id"] for v in page.games]
+        cursor = page.cursor
+        if cursor is None:
+            break
+    assert sorted(seen) == sorted(ids) and len(seen) == len(set(seen)) == 12
+    created = [(v["created"], v["game_id"]) for v in await query.views(seen)]  # type: ignore[index]
+    assert created == sorted(created, reverse=True)  # newest first
+
+    teeko = await query.games(game="teeko", limit=50)
+    assert {v["game"] for v in teeko.games} == {"teeko"} and len(teeko.games) == 6
+    ended_overflow = await query.games(status="ended", game="overflow", limit=50)
+    assert len(ended_overflow.games) == 6
+    assert {v["status"] for v in ended_overflow.games} == {"ended"}
+    assert (await query.games(status="playing", limit=50)).games == []
+    assert len((await query.games(player="random", limit=50)).games) == 12
+    assert (await query.games(player="nobody", limit=50)).games == []
+    with pytest.raises(ValueError, match="status"):
+        await query.games(status="over")
+    with pytest.raises(ValueError, match="cursor"):
+        await query.games(cursor="yesterday")
+    results = await query.bot_results("random")
+    assert results["games"] == 24  # both seats, every game
+    assert results["wins"] + results["losses"] + results["draws"] + results["aborted"] == 24
+
+
+async def test_a_dead_consumers_work_is_taken_and_it_leaves_the_group(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    await CommandClient(redis, keys).send([create("g1")])
+    stream = keys.commands(keys.partition("g1"))
+
+    def reader(name: str) -> GroupReader:
+        return GroupReader(redis, [stream], ENGINE_GROUP, name, heartbeats=keys.processes())
+
+    ghost = reader("ghost")  # takes the command, never beats, never acks: it died
+    assert len(await ghost.read(None)) == 1
+    engine = EngineService(redis, keys, consumer="alive", secret=b"s")
+    await engine.heartbeat()
+    assert await engine.reader.reclaim() == []  # too fresh to take yet (dead_idle_ms)
+    await asyncio.sleep(0.6)
+    taken = await engine.reader.reclaim()
+    assert [e.entry_id for e in taken] and engine.reader.claimed == 1
+    await engine.process(taken)
+    assert await QueryClient(redis, keys).head("g1") == 4
+
+    names = {c["name"] for c in await redis.xinfo_consumers(stream, ENGINE_GROUP)}
+    assert names == {b"ghost", b"alive"}
+    await asyncio.sleep(1.1)  # past dead_after_ms: the ghost is idle and holds nothing
+    await engine.heartbeat()
+    assert await engine.reader.forget_dead_consumers() == 1
+    names = {c["name"] for c in await redis.xinfo_consumers(stream, ENGINE_GROUP)}
+    assert names == {b"alive"}
+
+
+class MoveCounts:
+    """A read model no code knows of: each game's number of moves, as a string key."""
+
+    name = "move-counts"
+    kind: registry.Kind = "string"
+
+    def patterns(self, keys: Keys) -> list[str]:
+        return [keys.any_partition("movecount:*")]
+
+    def cells(self, keys: Keys, game: GameFold) -> list[registry.Cell]:
+        name = f"{keys.prefix}:{{{keys.partition(game.game_id)}}}:movecount:{game.game_id}"
+        return [registry.Cell("string", name, "", str(len(game.moves)).encode())]
+
+
+@pytest.fixture
+def move_counts(monkeypatch: pytest.MonkeyPatch) -> Iterator[MoveCounts]:
+    model = MoveCounts()
+    monkeypatch.setattr(registry, "READ_MODELS", [*registry.READ_MODELS, model])
+    yield model
+
+
+async def test_a_new_read_model_is_projected_verified_and_rebuilt_with_no_other_code(
+    redis: aioredis.Redis, keys: Keys, move_counts: MoveCounts
+) -> None:
+    ids = await create_games(redis, keys, [("teeko", {})], 3, ["random", "random"])
+    await ServiceSet(redis, keys, ["random"]).drain()
+    query = QueryClient(redis, keys)
+    (gid, *_) = ids
+    name = move_counts.cells(keys, GameFold.start((await query.events(gid))[0].model_dump()))[0]
+    count = await redis.get(name.key)
+    assert count is not None and int(count) == (await query.view(gid) or {})["ply"] > 0
+    assert (await verify(redis, keys)).problems == []
+
+    await redis.set(name.key, b"999")
+    problems = (await verify(redis, keys)).problems
+    assert len(problems) == 1 and name.key in problems[0]
+    await rebuild(redis, keys)
+    assert await redis.get(name.key) == count
+    assert (await verify(redis, keys)).problems == []
+    # The live projector keeps it too: a game folded again writes its cell.
+    await redis.delete(name.key)
+    await redis.hdel(keys.projector_seen(keys.partition(gid)), gid)
+    await Projector(redis, keys).drain()
+    await rebuild(redis, keys)
+    assert await redis.get(name.key) == count
