@@ -20,8 +20,8 @@ a heartbeat (`Keys.processes`) four times a second; a sweep every half second cl
 (1 s), so a killed bot worker's turn is answered by another well inside a 2 s move clock.
 Housekeeping removes dead consumers that hold nothing from the group; the sweep sets
 aside entries delivered `max_deliveries` times (they kill whoever takes them). Entries
-idle for `claim_idle_ms` with a live consumer are claimed too (a stuck process that
-still beats).
+idle for `claim_idle_ms` are claimed too, from a stuck process that still beats or from
+this consumer itself (a read whose answer was lost on a dropped connection).
 
 `StreamConsumer` is the loop around a reader: serve until stopped or drain; log a ready
 line and (with -v) a stats line; retry a batch when Redis is away; set aside (dead-letter,
@@ -359,9 +359,10 @@ class GroupReader:
             if isinstance(rows, Exception):
                 continue  # no group yet: the next read makes it
             for row in rows:
+                # Entries of a dead consumer, and any entry idle too long, this consumer's
+                # own included: a read whose answer was lost (the client retried it after a
+                # dropped connection) leaves entries nobody is working on.
                 owner = as_text(row["consumer"])
-                if owner == self.consumer:
-                    continue
                 if owner in dead or row["time_since_delivered"] >= self.claim_idle_ms:
                     take.setdefault(stream, []).append(
                         (row["message_id"], int(row["times_delivered"]))
