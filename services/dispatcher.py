@@ -178,7 +178,7 @@ class Dispatcher(StreamConsumer):
                 continue
             seqs = sorted(fresh)
             if g is None and seqs[0] == 1:
-                g = GameFold.start(fresh[1], replay=False)
+                g = GameFold.start(fresh[1], replay=False, keep_moves=True)
                 seqs = seqs[1:]
             if g is None or seqs != list(range(g.seq + 1, g.seq + 1 + len(seqs))):
                 refold.append(gid)  # a miss or a gap: this consumer has not seen it all
@@ -208,7 +208,7 @@ class Dispatcher(StreamConsumer):
         for gid, rows in zip(game_ids, await pipe.execute(), strict=True):
             try:
                 events: list[Any] = [unpack_event(e.data) for e in log_entries(rows)]
-                g = GameFold.start(events[0], replay=False)
+                g = GameFold.start(events[0], replay=False, keep_moves=True)
                 g.extend(events[1:])
             except Exception:
                 log.exception("dispatcher: the log of game %s does not fold", gid)

@@ -132,7 +132,7 @@ class MoveCounts:
 
     def cells(self, keys: Keys, game: GameFold) -> list[registry.Cell]:
         name = f"{keys.prefix}:{{{keys.partition(game.game_id)}}}:movecount:{game.game_id}"
-        return [registry.Cell("string", name, "", str(len(game.moves)).encode())]
+        return [registry.Cell("string", name, "", str(game.ply).encode())]
 
 
 @pytest.fixture

@@ -182,7 +182,7 @@ async def test_a_move_after_the_deadline_is_too_late_and_the_claim_wins(
         reply = await answer
     assert reply.type == "rejected" and reply.code == "too_late", reply
     assert len(await query.events("g2")) == 4  # the late move changed nothing
-    assert await dispatcher.claim_timeouts() == 1
+    assert await claim_when_due(dispatcher, deadline) == 1
     await engine.drain()
     end = (await query.events("g2"))[-1]
     assert isinstance(end, GameEnded) and (end.reason, end.result) == ("time_forfeit", 2)

@@ -6,12 +6,12 @@ entry acknowledged only after its effect is written (so a crash redelivers it, a
 effects are idempotent: exactly once in effect).
 
 `GroupReader` never names two hash slots in one command, so it works on a Redis Cluster,
-where each partition is its own slot. Reads that do not wait go stream by stream in one
-pipeline. Waiting depends on the server: a single server has no slots, and one blocking
-XREADGROUP over every stream serves all partitions in one round trip with whole batches
-(one lane per stream costs a third of the throughput there, measured); on a cluster,
-each stream has its own blocking XREADGROUP ("lanes", each on its own connection), fanned
-into one buffer, and a lane holds at most one unread batch. `read(None)` never waits: the
+where each partition is its own slot. A single server has no slots, and one XREADGROUP
+over every stream serves all partitions in one round trip with whole batches (one lane per
+stream costs a third of the throughput there, measured). On a cluster, reads that do not
+wait go stream by stream in one pipeline, and waiting uses one blocking XREADGROUP per
+stream ("lanes", each on its own connection), fanned into one buffer; a lane holds at most
+one unread batch. `read(None)` never waits: the
 drain ("burst") mode of tests and benchmarks.
 
 Dead consumers are noticed in about a second, not minutes: every running consumer writes
@@ -231,26 +231,36 @@ class GroupReader:
         return await self._wait(block_ms)
 
     async def _poll(self) -> list[Entry]:
-        """New entries of every stream without waiting: one command per stream, pipelined."""
+        """New entries of every stream without waiting."""
+        return await self._read_streams(">", None)
+
+    async def _read_streams(self, start: str, block_ms: int | None) -> list[Entry]:
+        """XREADGROUP of every stream from `start` (">": new ones; "0": own pending).
+
+        A single server has no slots: one command serves every stream. On a cluster each
+        stream gets its own command (pipelined; never blocking: see `_wait`).
+        """
+        if not is_cluster(self.redis):
+            raw: Any = await self.redis.xreadgroup(
+                self.group,
+                self.consumer,
+                dict.fromkeys(self.streams, start),
+                count=self.count,
+                block=block_ms,
+            )
+            return _entries(raw)
         pipe = self.redis.pipeline(transaction=False)
         for stream in self.streams:
-            pipe.xreadgroup(self.group, self.consumer, {stream: ">"}, count=self.count)
+            pipe.xreadgroup(self.group, self.consumer, {stream: start}, count=self.count)
         out: list[Entry] = []
-        for raw in await pipe.execute():
-            out.extend(_entries(raw))
+        for answer in await pipe.execute():
+            out.extend(_entries(answer))
         return out
 
     async def _wait(self, block_ms: int) -> list[Entry]:
         """New entries, waiting up to `block_ms` for something to arrive."""
         if not is_cluster(self.redis):
-            raw: Any = await self.redis.xreadgroup(
-                self.group,
-                self.consumer,
-                dict.fromkeys(self.streams, ">"),
-                count=self.count,
-                block=block_ms,
-            )
-            return _entries(raw)
+            return await self._read_streams(">", block_ms)
         if not self._lanes:
             self._lanes = [asyncio.create_task(self._lane(s)) for s in self.streams]
         async with self._cond:
@@ -313,13 +323,7 @@ class GroupReader:
         self._recovering = True
 
     async def _own_pending(self) -> list[Entry]:
-        pipe = self.redis.pipeline(transaction=False)
-        for stream in self.streams:
-            pipe.xreadgroup(self.group, self.consumer, {stream: "0"}, count=self.count)
-        out: list[Entry] = []
-        for raw in await pipe.execute():
-            out.extend(_entries(raw))
-        return out
+        return await self._read_streams("0", None)
 
     async def dead_consumers(self, names: set[str]) -> set[str]:
         """Which of `names` have no fresh heartbeat."""

@@ -48,19 +48,20 @@ class GameFold:
     last_move: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
     updated: int = 0
-    #: every move so far, in notation
+    #: every move so far, in notation (kept only when asked: `start(keep_moves=True)`)
     moves: list[str] = field(default_factory=list)
+    keep_moves: bool = False
     #: per taken seat, the sha256 of its token (what the engine checks tokens against)
     token_hashes: dict[int, str] = field(default_factory=dict)
     #: move text -> action code, shared by every game with the same rules and options
     actions: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def start(cls, ev: EventMap, *, replay: bool = True) -> GameFold:
+    def start(cls, ev: EventMap, *, replay: bool = True, keep_moves: bool = False) -> GameFold:
         """A fold from a `GameCreated` map; an unknown game becomes an error view.
 
         Without `replay` the engine position is not kept (readers that need only the facts
-        of the log, such as the dispatcher).
+        of the log); with `keep_moves` the moves so far are (the dispatcher sends them).
         """
         if ev["type"] != "game_created":
             raise ValueError(f"game {ev['game_id']}: log starts with {ev['type']!r}")
@@ -78,7 +79,10 @@ class GameFold:
             {"seat": i, "kind": s["kind"], "name": s["name"], "colour": i, "seated": False}
             for i, s in enumerate(ev["seats"], start=1)
         ]
-        proj = cls(ev["game_id"], ev, game, state, error, seats=seats, actions=actions)
+        proj = cls(
+            ev["game_id"], ev, game, state, error, seats=seats, actions=actions,
+            keep_moves=keep_moves,
+        )  # fmt: skip
         if state is not None:
             scores = state.scores()
             proj.scores = None if scores is None else list(scores)
@@ -102,6 +106,7 @@ class GameFold:
         """
         state = self.state
         actions = self.actions
+        moves = self.moves if self.keep_moves else None
         seq = self.seq
         last_move: MovePlayedMap | None = None
         ev: EventMap | None = None
@@ -116,7 +121,8 @@ class GameFold:
                     if action is None:
                         action = actions[text] = state.game.action_of(Move.parse(text))
                     state.apply_action(action)
-                self.moves.append(ev["move"])
+                if moves is not None:
+                    moves.append(ev["move"])
                 last_move = ev
                 continue
             if last_move is not None:
@@ -164,7 +170,8 @@ class GameFold:
         """Fold in a move the caller has already applied to `state` (the engine deciding)."""
         if ev["seq"] != self.seq + 1:
             raise ValueError(f"game {self.game_id}: event seq {ev['seq']} after {self.seq}")
-        self.moves.append(ev["move"])
+        if self.keep_moves:
+            self.moves.append(ev["move"])
         self._moved(ev)
         self.seq = ev["seq"]
         self.updated = ev["time"]

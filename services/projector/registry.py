@@ -19,6 +19,7 @@ writing the same cells twice, leaves the right models.
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -152,11 +153,18 @@ def all_patterns(keys: Keys) -> list[tuple[str, Kind]]:
 
 
 async def stored_models(redis: Client, keys: Keys) -> list[tuple[str, Kind]]:
-    """Every stored read-model key (on every node) with its type, sorted by name."""
+    """Every stored read-model key (on every node) with its type, sorted by name.
+
+    One SCAN of the partitions' keys, matched here against every model's patterns: a
+    SCAN walks the whole keyspace whatever its pattern, so one walk instead of one a model.
+    """
+    patterns = all_patterns(keys)
     found: dict[str, Kind] = {}
-    for pattern, kind in all_patterns(keys):
-        async for name in scan_keys(redis, pattern):
-            found[name] = kind
+    async for name in scan_keys(redis, keys.any_partition("*")):
+        for pattern, kind in patterns:
+            if fnmatch.fnmatchcase(name, pattern):
+                found[name] = kind
+                break
     return sorted(found.items())
 
 
