@@ -268,23 +268,23 @@ class Rules:
 
     def _play(self, out: Decision, cmd: PlayMove, now: int, arrived: int) -> None:
         rec = out.record
+        fold = rec.fold  # the hot path reads the fold's fields directly
         self._check_token(rec, cmd.seat, cmd.token)
-        if not rec.started:
+        if fold.status == "waiting":
             raise Reject("not_your_turn", f"game {cmd.game_id} has not started: seats are open")
-        if cmd.expected_seq != rec.head:
-            raise Reject(
-                "stale_seq", f"expected seq {cmd.expected_seq} but the log is at {rec.head}"
-            )
-        to_move = rec.to_move
+        head = fold.seq
+        if cmd.expected_seq != head:
+            raise Reject("stale_seq", f"expected seq {cmd.expected_seq} but the log is at {head}")
+        state = rec.state
+        to_move = state.seat_to_move  # the game is not over: `decide` checked
         if cmd.seat != to_move:
             raise Reject("not_your_turn", f"seat {to_move} is to move, not seat {cmd.seat}")
-        deadline = rec.deadline
+        deadline = fold.deadline
         if deadline and arrived > deadline:
             raise Reject(
                 "too_late",
                 f"the move arrived {arrived - deadline} ms after seat {to_move}'s deadline",
             )
-        state = rec.state
         colour, ply = state.current_player, state.ply
         try:
             move = Move.parse(cmd.move)
@@ -298,11 +298,10 @@ class Rules:
         # the event is encoded without building (and validating) a model: this is the
         # hot path. tests/test_engine_service.py holds the bytes to the model's encoding.
         to_move = state.seat_to_move
-        seq = rec.head + 1
         after = state.scores()
         event = move_played_map(
-            rec.game_id,
-            seq,
+            fold.game_id,
+            head + 1,
             now,
             cmd.command_id,
             rec.last_hash,
@@ -315,7 +314,7 @@ class Rules:
             to_move,
         )
         data = encode_map(event)
-        rec.fold.played(event)
+        fold.played(event)
         rec.last_hash = event_hash(data)
         out.events.append(data)
         outcome = state.outcome()

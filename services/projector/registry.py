@@ -22,7 +22,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from services.bus.clients import STATUSES
 from services.bus.connection import Client, scan_keys
@@ -44,8 +44,7 @@ def game_of_field(member: str) -> str:
     return member.partition("|")[0]
 
 
-@dataclass(frozen=True, slots=True)
-class Cell:
+class Cell(NamedTuple):
     """One value a read model holds for a game; `value` None means: must be absent."""
 
     kind: Kind
@@ -173,46 +172,64 @@ def game_cells(keys: Keys, game: GameFold) -> list[Cell]:
 
 
 # -- the guarded write ---------------------------------------------------------------------
-# One call writes several games of one partition, each on its own terms.
-# KEYS: every key the call names (the partition's seen hash first).
-# ARGV: per game a block: game id, lo, hi, new seen, number of ops, then the ops:
-#   "S" key value (SET) | "X" key (DEL) | "Z" key member score (ZADD) | "R" key member
-#   (ZREM) | "H" key field value (HSET) | "D" key field (HDEL); a key is an index into KEYS.
+# One call writes several games of one partition, each on its own terms, with one command
+# per key rather than one per cell: the guards are read in one HMGET, then each key gets
+# one ZADD/ZREM/HSET/HDEL with the members of the games whose guard held (a view, one
+# SET or DEL each), then the seen hash one HSET.
+# KEYS: every key the call names, the partition's seen hash first.
+# ARGV: n, then n game ids, n lo, n hi, n new seens; then groups of one op on one key:
+#   op, key index (into KEYS), count, then count items, each a game index (1..n) and:
+#   "S" value (SET) | "X" (DEL) | "Z" member score (ZADD) | "R" member (ZREM) |
+#   "H" field value (HSET) | "D" field (HDEL).
 # Returns per game -1 when written, else the stored seen that refused it.
 _WRITE = Script(
     """
-local out = {}
-local i = 1
-while i <= #ARGV do
-  local gid, lo, hi, seen, n = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]),
-    ARGV[i + 3], tonumber(ARGV[i + 4])
-  local cur = tonumber(redis.call('HGET', KEYS[1], gid) or '0')
-  local ok = cur >= lo and cur <= hi
-  i = i + 5
-  for _ = 1, n do
-    local op, key = ARGV[i], KEYS[tonumber(ARGV[i + 1])]
-    local width
-    if op == 'X' then width = 2
-    elseif op == 'S' or op == 'R' or op == 'D' then width = 3
-    else width = 4 end
-    if ok then
-      if op == 'S' then redis.call('SET', key, ARGV[i + 2])
-      elseif op == 'X' then redis.call('DEL', key)
-      elseif op == 'Z' then redis.call('ZADD', key, ARGV[i + 3], ARGV[i + 2])
-      elseif op == 'R' then redis.call('ZREM', key, ARGV[i + 2])
-      elseif op == 'H' then redis.call('HSET', key, ARGV[i + 2], ARGV[i + 3])
-      elseif op == 'D' then redis.call('HDEL', key, ARGV[i + 2])
-      else return redis.error_reply('unknown op ' .. op) end
-    end
-    i = i + width
-  end
-  if ok then
-    redis.call('HSET', KEYS[1], gid, seen)
-    out[#out + 1] = -1
+local n = tonumber(ARGV[1])
+local ids = {}
+for g = 1, n do ids[g] = ARGV[1 + g] end
+local stored = redis.call('HMGET', KEYS[1], unpack(ids))
+local ok, out, seen = {}, {}, {}
+for g = 1, n do
+  local cur = tonumber(stored[g] or '0')
+  if cur >= tonumber(ARGV[1 + n + g]) and cur <= tonumber(ARGV[1 + 2 * n + g]) then
+    ok[g] = true
+    out[g] = -1
+    seen[#seen + 1] = ids[g]
+    seen[#seen + 1] = ARGV[1 + 3 * n + g]
   else
-    out[#out + 1] = cur
+    out[g] = cur
   end
 end
+local width = {S = 2, X = 1, Z = 3, R = 2, H = 3, D = 2}
+local i = 2 + 4 * n
+while i <= #ARGV do
+  local op, key, count = ARGV[i], KEYS[tonumber(ARGV[i + 1])], tonumber(ARGV[i + 2])
+  local w = width[op]
+  if not w then return redis.error_reply('unknown op ' .. op) end
+  i = i + 3
+  local args = {}
+  for _ = 1, count do
+    if ok[tonumber(ARGV[i])] then
+      if op == 'Z' then
+        args[#args + 1] = ARGV[i + 2]
+        args[#args + 1] = ARGV[i + 1]
+      else
+        for k = 1, w - 1 do args[#args + 1] = ARGV[i + k] end
+      end
+      if op == 'X' then args[1] = true end
+    end
+    i = i + w
+  end
+  if #args > 0 then
+    if op == 'S' then redis.call('SET', key, args[#args])
+    elseif op == 'X' then redis.call('DEL', key)
+    elseif op == 'Z' then redis.call('ZADD', key, unpack(args))
+    elseif op == 'R' then redis.call('ZREM', key, unpack(args))
+    elseif op == 'H' then redis.call('HSET', key, unpack(args))
+    else redis.call('HDEL', key, unpack(args)) end
+  end
+end
+if #seen > 0 then redis.call('HSET', KEYS[1], unpack(seen)) end
 return out
 """
 )
@@ -250,26 +267,33 @@ def _call(
     """One script call for games of partition `p`: its keys and its arguments."""
     script_keys = [keys.projector_seen(p)]
     index: dict[str, int] = {script_keys[0]: 1}
-    args: list[Any] = []
-    for w, game_cells_ in zip(writes, cells, strict=True):
-        ops: list[Any] = []
-        count = 0
+    groups: dict[tuple[str, str], list[Any]] = {}  # (op, key) -> items, in first-seen order
+    for g, (w, game_cells_) in enumerate(zip(writes, cells, strict=True), start=1):
         since = w.since
         for cell in game_cells_:
             if since is not None and since.get((cell.key, cell.field), _ABSENT) == cell.value:
                 continue
-            count += 1
-            at = index.get(cell.key)
-            if at is None:
+            if cell.key not in index:
                 script_keys.append(cell.key)
-                at = index[cell.key] = len(script_keys)
-            ops += (_OPS[cell.kind, cell.value is not None], at)
+                index[cell.key] = len(script_keys)
+            items = groups.setdefault((_OPS[cell.kind, cell.value is not None], cell.key), [])
+            items.append(g)
             if cell.field:
-                ops.append(cell.field)
+                items.append(cell.field)
             if cell.value is not None:
-                ops.append(cell.value)
-        args += (w.game.game_id, w.lo, w.hi, w.game.seq, count, *ops)
+                items.append(cell.value)
+    args: list[Any] = [len(writes)]
+    args += [w.game.game_id for w in writes]
+    args += [w.lo for w in writes]
+    args += [w.hi for w in writes]
+    args += [w.game.seq for w in writes]
+    for (op, key), items in groups.items():
+        args += (op, index[key], len(items) // _WIDTH[op], *items)
     return script_keys, args
+
+
+#: Items per game in an op group: the game index and the op's arguments.
+_WIDTH = {"S": 2, "X": 1, "Z": 3, "R": 2, "H": 3, "D": 2}
 
 
 _ABSENT = object()
