@@ -281,11 +281,15 @@ class State(ABC):
     def apply(self, move: Move | str) -> None:
         """Play a move given as `Move` or text; raise if it is invalid or illegal here."""
         m = Move.parse(move) if isinstance(move, str) else move
-        action = self.game.action_of(m)
+        self.apply_legal(self.game.action_of(m), m)
+
+    def apply_legal(self, action: int, move: Move | str | None = None) -> None:
+        """Play an action code if it is legal here, else `IllegalMoveError` naming `move`."""
         if not self.is_legal(action):
             raise IllegalMoveError(
-                f"illegal move {m} at ply {self.ply} for player {self.current_player}"
-                f" in {self.game.name} position {self.board_string()!r}"
+                f"illegal move {move or self.game.move_of(action)} at ply {self.ply}"
+                f" for player {self.current_player} in {self.game.name}"
+                f" position {self.board_string()!r}"
             )
         self.apply_action(action)
 

@@ -103,11 +103,6 @@ class Entry:
     #: The encoded model in field `m`, or None when the entry has no such field.
     data: bytes | None
 
-    @property
-    def arrived_ms(self) -> int:
-        """When the entry reached its stream, by Redis's clock."""
-        return id_ms(self.entry_id)
-
 
 async def ensure_group(redis: Client, stream: str, group: str, start: str = "0") -> None:
     """Create a consumer group (and its stream) unless it exists."""

@@ -286,9 +286,18 @@ class Rules:
                 f"the move arrived {arrived - deadline} ms after seat {to_move}'s deadline",
             )
         colour, ply = state.current_player, state.ply
+        # The rules' notation memo (shared with every fold of these rules) holds canonical
+        # texts only, so a command in canonical notation, as bots send, skips the parser.
+        text = cmd.move
+        action = fold.actions.get(text)
         try:
-            move = Move.parse(cmd.move)
-            state.apply(move)
+            if action is None:
+                move = Move.parse(text)
+                action = state.game.action_of(move)
+                text = str(move)
+                if text == cmd.move:
+                    fold.actions[text] = action
+            state.apply_legal(action, text)
         except InvalidMoveError as exc:
             raise Reject("invalid_move", str(exc)) from None
         except IllegalMoveError as exc:
@@ -308,7 +317,7 @@ class Rules:
             ply,
             cmd.seat,
             colour,
-            str(move),
+            text,
             None if after is None else list(after),
             rec.colours(),
             to_move,

@@ -50,6 +50,7 @@ from services.bus.consumer import (
     Entry,
     StreamConsumer,
     dead_letter_fields,
+    id_ms,
     now_ms,
 )
 from services.bus.keys import ENGINE_GROUP, Keys
@@ -132,7 +133,6 @@ class EngineService(StreamConsumer):
         claim_idle_ms: int = 10_000,
         cache_size: int = 10_000,
         clock: Callable[[], int] = now_ms,
-        arrival: Callable[[Entry], int] | None = None,
         reply_ttl_ms: int = 24 * 3_600_000,
     ) -> None:
         keys = keys or Keys()
@@ -155,9 +155,7 @@ class EngineService(StreamConsumer):
         self.clock = clock
         # Commands are judged by when they reached Redis (entry ids); a test that sets the
         # engine's clock judges them by that clock instead.
-        self.arrival = arrival or (
-            (lambda entry: entry.arrived_ms) if clock is now_ms else (lambda entry: clock())
-        )
+        self._by_arrival = clock is now_ms
         self.counts = EngineStats()
         self._cache: LRU[str, GameRecord] = LRU(cache_size)
         self._flushing: asyncio.Future[None] | None = None
@@ -364,10 +362,11 @@ class EngineService(StreamConsumer):
 
     def _decide(self, work: Work, rec: GameRecord | None, now: int, out: _Outbox) -> Commit | None:
         cmd = work.command
-        head = rec.head if rec is not None else 0
+        head = rec.fold.seq if rec is not None else 0
+        arrived = id_ms(work.entry.entry_id) if self._by_arrival else now
         try:
             assert self.rules is not None, "setup() first"
-            decision = self.rules.decide(rec, cmd, now, self.arrival(work.entry))
+            decision = self.rules.decide(rec, cmd, now, arrived)
         except Reject as rej:
             reply = Rejected(
                 command_id=cmd.command_id,
@@ -395,9 +394,8 @@ class EngineService(StreamConsumer):
             self._fail(work, f"engine error: {type(exc).__name__}: {exc}", out)
             return None
         self._cache_put(decision.record)
-        accepted = encode_accepted(
-            cmd.command_id, cmd.game_id, decision.record.head, decision.token
-        )
+        fold = decision.record.fold
+        accepted = encode_accepted(cmd.command_id, cmd.game_id, fold.seq, decision.token)
         return Commit(
             cmd.game_id,
             head,
@@ -406,7 +404,7 @@ class EngineService(StreamConsumer):
             decision.events,
             now,
             ack=self._ack_in_commit(work),
-            ends=decision.record.end_reason is not None,
+            ends=fold.status == "ended",
         )
 
     def _ack_in_commit(self, work: Work) -> bytes:
