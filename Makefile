@@ -17,7 +17,7 @@ venv: $(STAMP)
 
 run: $(STAMP)
 	@command -v redis-server >/dev/null || $(PY) -m pip install --quiet -e '.[embedded]'
-	$(VENV)/bin/agon selfplay --game all --games 10 --bots random,random --verify
+	$(VENV)/bin/agon up --demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(VENV)/bin/agon bench playouts --seconds $(SECONDS) --json
 	$(VENV)/bin/agon bench pipeline --seconds $(SECONDS) --json
 	$(VENV)/bin/agon bench memory --games 50 --json
+	$(VENV)/bin/agon bench gateway --seconds $(SECONDS) --json
 
 conformance: $(STAMP)
 	$(VENV)/bin/agon conformance $(SHARED)/conformance/trials/*.jsonl $(SHARED)/conformance/patterns/*.jsonl

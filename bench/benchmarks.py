@@ -124,16 +124,19 @@ def print_playout_table(results: list[dict[str, Any]], ludii: dict[str, float]) 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "which",
-        choices=["playouts", "pipeline", "memory"],
-        help="the engine's random playouts, the Redis pipeline (bench.pipeline), or what"
-        " finished games leave in Redis (bench.memory)",
+        choices=["playouts", "pipeline", "memory", "gateway"],
+        help="the engine's random playouts, the Redis pipeline (bench.pipeline), what"
+        " finished games leave in Redis (bench.memory), or the HTTP/WebSocket gateway"
+        " (bench.gateway)",
     )
     parser.add_argument("--seconds", type=float, default=5.0, help="time per row")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per row; the median counts")
     parser.add_argument("--ludii", type=Path, default=DEFAULT_LUDII_TSV)
     parser.add_argument("--json", action="store_true", help="also print a JSON array, last line")
     parser.add_argument("--rate", type=float, default=1000.0, help="pipeline: offered moves/s")
-    parser.add_argument("--redis-url", default=None, help="pipeline: default a private server")
+    parser.add_argument(
+        "--redis-url", default=None, help="pipeline, gateway: default a private server"
+    )
     parser.add_argument(
         "--games", type=int, default=50, help="memory: finished games per game name"
     )
@@ -145,6 +148,11 @@ def run(args: argparse.Namespace) -> int:
 
         results = run_pipeline_bench(args.seconds, args.redis_url, args.rate)
         print_pipeline_table(results)
+    elif args.which == "gateway":
+        from bench.gateway import print_gateway_table, run_gateway_bench
+
+        results = run_gateway_bench(args.seconds, args.redis_url)
+        print_gateway_table(results)
     elif args.which == "memory":
         from bench.memory import print_memory_table, run_memory_bench
 

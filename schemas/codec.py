@@ -28,8 +28,11 @@ from schemas.turns import Turn
 #: The stream-entry field that holds the encoded model.
 FIELD = "m"
 FIELD_BYTES = FIELD.encode()
-#: Entries larger than this are refused unread.
+#: Entries larger than this are refused unread...
 MAX_ENTRY_BYTES = 64 * 1024
+#: ...but for an `import_game` command, which carries a whole game's log: it may be this
+#: large (about 5000 events). Its events are each within `MAX_ENTRY_BYTES` again.
+MAX_IMPORT_BYTES = 1024 * 1024
 
 T = TypeVar("T")
 
@@ -114,10 +117,10 @@ def event_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def unpack(data: bytes) -> dict[str, Any]:
-    """The raw msgpack map of an entry, checked for size and shape only."""
-    if len(data) > MAX_ENTRY_BYTES:
-        raise DecodeError("too_large", f"entry of {len(data)} bytes exceeds {MAX_ENTRY_BYTES}")
+def unpack(data: bytes, limit: int = MAX_ENTRY_BYTES) -> dict[str, Any]:
+    """The raw msgpack map of an entry, checked for size (at most `limit` bytes) and shape."""
+    if len(data) > limit:
+        raise DecodeError("too_large", f"entry of {len(data)} bytes exceeds {limit}")
     try:
         obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several unrelated types on bad input
@@ -135,6 +138,10 @@ unpack_event = cast("Callable[[bytes], EventMap]", unpack)
 
 def _decode(adapter: TypeAdapter[T], data: bytes, what: str) -> T:
     obj = unpack(data)
+    return _validate(adapter, obj, what)
+
+
+def _validate(adapter: TypeAdapter[T], obj: dict[str, Any], what: str) -> T:
     try:
         return adapter.validate_python(obj)
     except ValidationError as exc:
@@ -151,7 +158,14 @@ def _summary(exc: ValidationError) -> str:
 
 
 def decode_command(data: bytes) -> Command:
-    return _decode(_COMMANDS, data, "command")
+    """A command; only an `import_game` may exceed `MAX_ENTRY_BYTES` (up to
+    `MAX_IMPORT_BYTES`)."""
+    if len(data) <= MAX_ENTRY_BYTES:
+        return _decode(_COMMANDS, data, "command")
+    obj = unpack(data, MAX_IMPORT_BYTES)
+    if obj.get("type") != "import_game":
+        raise DecodeError("too_large", f"entry of {len(data)} bytes exceeds {MAX_ENTRY_BYTES}")
+    return _validate(_COMMANDS, obj, "command")
 
 
 def decode_event(data: bytes) -> Event:

@@ -11,7 +11,7 @@ has moved on since.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -118,16 +118,36 @@ class Abort(_Command):
     token: Annotated[str, Field(max_length=256)]
 
 
+#: The most events an `ImportGame` may carry (its entry is bounded too: see
+#: `schemas.codec.MAX_IMPORT_BYTES`).
+MAX_IMPORT_EVENTS = 5000
+
+
+class ImportGame(_Command):
+    """Create game `game_id` from a finished game's exported log (`services.export`).
+
+    `events` are the exported event maps, keys as stored, in seq order. The engine checks
+    them as a hash chain and replays them move for move; it appends them re-keyed to
+    `game_id` and re-chained, with `imported_from` (the original id) on the `GameCreated`.
+    """
+
+    type: Literal["import_game"] = "import_game"
+    game_id: GameId
+    events: Annotated[list[dict[str, Any]], Field(min_length=1, max_length=MAX_IMPORT_EVENTS)]
+
+
 Command = Annotated[
-    CreateGame | SeatPlayer | PlayMove | Resign | ClaimTimeout | Abort,
+    CreateGame | SeatPlayer | PlayMove | Resign | ClaimTimeout | Abort | ImportGame,
     Field(discriminator="type"),
 ]
 
 __all__ = [
+    "MAX_IMPORT_EVENTS",
     "Abort",
     "ClaimTimeout",
     "Command",
     "CreateGame",
+    "ImportGame",
     "PlayMove",
     "Resign",
     "SeatKind",

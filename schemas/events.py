@@ -9,13 +9,17 @@ log a hash chain anyone can verify (`schemas.codec.event_hash`).
 Players are seats, not colours. `colours[i]` is the colour held by seat i+1; only
 Hexade's swap changes it, and the `MovePlayed` of the swap records the new map.
 Seat tokens never appear in a log: `PlayerSeated` keeps the sha256 hex of the token.
+
+A game imported from an exported log (`ImportGame`) has the original's events, re-keyed
+and re-chained; its `GameCreated` names the original in `imported_from`, a field that is
+left out of the encoding when absent, so every other event keeps its bytes.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypedDict
 
-from pydantic import Field
+from pydantic import Field, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
 
 from schemas.base import (
     CommandId,
@@ -54,6 +58,18 @@ class GameCreated(EventBase):
     move_time_ms: Annotated[int, Field(ge=0)]
     seed: int
     engine_version: str
+    #: For a game imported from an exported log (`ImportGame`): the original game's id.
+    #: Absent from the encoding when None, so ordinary games keep their bytes.
+    imported_from: GameId | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_origin(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("imported_from", 0) is None:
+            del data["imported_from"]
+        return data
 
 
 class PlayerSeated(EventBase):
@@ -147,7 +163,12 @@ class SeatSpecMap(TypedDict):
     name: str
 
 
-class GameCreatedMap(_EventMapBase):
+class _ImportedFrom(TypedDict, total=False):
+    #: only in the `GameCreated` of an imported game
+    imported_from: str
+
+
+class GameCreatedMap(_EventMapBase, _ImportedFrom):
     type: Literal["game_created"]
     game: str
     options: dict[str, str]

@@ -25,6 +25,7 @@ RejectCode = Literal[
     "game_over",
     "malformed",
     "too_large",
+    "invalid_import",
 ]
 REJECT_CODES: tuple[str, ...] = get_args(RejectCode)
 

@@ -30,10 +30,12 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "selfplay": ("services.runtime:SELFPLAY", "play N games between bots through the pipeline"),
     "verify": ("services.runtime:VERIFY", "replay every log, check hash chains and read models"),
     "rebuild": ("services.runtime:REBUILD", "recompute every read model from the logs"),
+    "verify-export": ("services.export_cmd", "check an exported game log offline: chain, replay"),
     "engine": ("services.runtime:ENGINE", "run one engine service (validate, append, reply)"),
     "projector": ("services.runtime:PROJECTOR", "run one projector (read models from the feeds)"),
     "dispatcher": ("services.runtime:DISPATCHER", "run one dispatcher (turn requests, clocks)"),
     "bots": ("services.runtime:BOTS", "run bot workers (answer turn requests)"),
+    "gateway": ("services.runtime:GATEWAY", "serve the HTTP/WebSocket API for people and bots"),
 }
 
 #: Exit statuses: a bad input, and Ctrl-C (128 + SIGINT, as a shell reports it).

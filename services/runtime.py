@@ -44,6 +44,8 @@ from services.bus.consumer import StreamConsumer
 from services.bus.keys import Keys
 from services.dispatcher import Dispatcher
 from services.engine_service import EngineService, settle_heap
+from services.gateway.serve import serve_until, serving
+from services.gateway.settings import REDIS_CONNECTIONS, GatewaySettings
 from services.options import (
     UsageError,
     game_options_or_usage,
@@ -307,6 +309,7 @@ def _with_redis(
     *,
     embedded: bool = True,
     serving: bool = False,
+    max_connections: int | None = None,
 ) -> int:
     """Run `body` against `--redis-url` (or, if `embedded`, a private server) and close it.
 
@@ -322,7 +325,8 @@ def _with_redis(
 
     async def main(url: str) -> int:
         stop = _stop_on_signals() if serving else asyncio.Event()
-        connecting = asyncio.ensure_future(connect(url, wait_s=None if serving else 30.0))
+        pool = {} if max_connections is None else {"max_connections": max_connections}
+        connecting = asyncio.ensure_future(connect(url, wait_s=None if serving else 30.0, **pool))
         stopping = asyncio.ensure_future(stop.wait())
         await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
@@ -543,39 +547,121 @@ class _Up:
         parser.add_argument(
             "--seconds", type=float, default=0.0, help="stop after this long (0: when interrupted)"
         )
+        add_listen_arguments(parser)
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         bots = [b.strip() for b in args.bots.split(",") if b.strip()]
+        for bot in bots:
+            try:
+                load_bot(bot)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
 
         async def body(redis: Client, keys: Keys, url: str, stop: asyncio.Event) -> int:
             services = ServiceSet(redis, keys, bots, engines=args.engines)
             await services.start()
             # A serving process: keep full collections from rescanning the startup heap.
             settle_heap()
-            print(
-                f"agon up: ready on {redact(url)}: engine x{args.engines}, projector,"
-                f" dispatcher, bots {bots}",
-                flush=True,
-            )
+            settings = gateway_settings(args, url, keys)
             try:
-                if args.demo:
-                    specs: list[GameSpec] = [(n, {}) for n in game_names()]
-                    demo_bots = [bots[0], bots[-1]]
-                    ids = await create_games(redis, keys, specs, 1, demo_bots)
-                    await wait_until_ended(redis, keys, ids, 600.0, services.failed)
-                    result = await collect(redis, keys, ids)
-                    _print_selfplay(result, game_names(), demo_bots)
-                if args.seconds:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), args.seconds)
-                else:
-                    await stop.wait()
-            finally:
+                async with serving(settings, args.host, args.port, redis=redis) as site:
+                    print(
+                        f"agon up: ready on {redact(url)}: engine x{args.engines}, projector,"
+                        f" dispatcher, bots {bots}; the gateway serves {site}",
+                        flush=True,
+                    )
+                    return await _up_until_stopped(args, services, redis, keys, bots, stop)
+            except OSError as exc:
                 await services.stop()
+                print(f"agon up: {exc}; pick another with --port", file=sys.stderr)
+                return 1
+
+        return _with_redis(args, body, serving=True, max_connections=REDIS_CONNECTIONS)
+
+
+def add_listen_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--rate-limit", type=positive_float, default=GatewaySettings.rate_per_s,
+        help="requests per second per client address and per bot key (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to serve on (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--port", type=port_number, default=8080, help="port (default: %(default)s)"
+    )
+
+
+def gateway_settings(args: argparse.Namespace, url: str, keys: Keys) -> GatewaySettings:
+    return GatewaySettings(
+        redis_url=url,
+        keys=keys,
+        allowed_origins=tuple(getattr(args, "allow_origin", ())),
+        rate_per_s=args.rate_limit,
+        burst=max(1, int(2 * args.rate_limit)),
+    )
+
+
+def port_number(text: str) -> int:
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"a port is at most 65535, not {value}")
+    return value
+
+
+async def _up_until_stopped(
+    args: argparse.Namespace,
+    services: ServiceSet,
+    redis: Client,
+    keys: Keys,
+    bots: Sequence[str],
+    stop: asyncio.Event,
+) -> int:
+    try:
+        if args.demo:
+            specs: list[GameSpec] = [(n, {}) for n in game_names()]
+            demo_bots = [bots[0], bots[-1]]
+            ids = await create_games(redis, keys, specs, 1, demo_bots)
+            await wait_until_ended(redis, keys, ids, 600.0, services.failed)
+            result = await collect(redis, keys, ids)
+            _print_selfplay(result, game_names(), demo_bots)
+        if args.seconds:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), args.seconds)
+        else:
+            await stop.wait()
+    finally:
+        await services.stop()
+    return 0
+
+
+class _Gateway:
+    """`agon gateway`: one gateway process (run as many as the load needs)."""
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        add_service_arguments(parser)
+        add_listen_arguments(parser)
+        parser.add_argument(
+            "--allow-origin", action="append", default=[],
+            help="an origin (scheme://host:port) whose pages may open sockets, repeatable",
+        )  # fmt: skip
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        async def body(redis: Client, keys: Keys, url: str, stop: asyncio.Event) -> int:
+            settings = gateway_settings(args, url, keys)
+            try:
+                await serve_until(settings, args.host, args.port, stop, redis)
+            except OSError as exc:
+                print(f"agon gateway: {exc}", file=sys.stderr)
+                return 1
             return 0
 
-        return _with_redis(args, body, serving=True)
+        return _with_redis(
+            args, body, serving=True, embedded=False, max_connections=REDIS_CONNECTIONS
+        )
 
 
 def _stop_on_signals() -> asyncio.Event:
@@ -649,6 +735,7 @@ class _Service:
 
 ENGINE = _Service("engine")
 UP = _Up()
+GATEWAY = _Gateway()
 PROJECTOR = _Service("projector")
 DISPATCHER = _Service("dispatcher")
 BOTS = _Service("bots")

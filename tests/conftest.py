@@ -18,8 +18,11 @@ from typing import Any
 import pytest
 import redis as redis_sync
 import redis.asyncio as aioredis
+from aiohttp.test_utils import TestClient
 
+from services.bus.keys import Keys
 from services.redis_embedded import EmbeddedRedis
+from tests.gateway import Arena, running_arena
 
 #: Databases on the session server: one per test; indexes wrap around after this many tests.
 TEST_DATABASES = 4096
@@ -135,3 +138,16 @@ def cluster_url(redis_cluster: RedisClusterProcesses) -> ClusterTarget:
     Nothing is flushed: the cluster is this session's own and every test's prefix differs.
     """
     return ClusterTarget(url=redis_cluster.url, prefix=f"agon-c{next(_namespace_counter)}")
+
+
+@pytest.fixture
+async def arena(redis: aioredis.Redis, namespace: str) -> AsyncIterator[Arena]:
+    """Every service running as tasks on this test's database, with gateways on demand."""
+    async with running_arena(redis, Keys(prefix=namespace), ["random"]) as running:
+        yield running
+
+
+@pytest.fixture
+async def client(arena: Arena) -> TestClient:
+    """A gateway of `arena` over real HTTP on the loopback, and a client of it."""
+    return await arena.gateway()

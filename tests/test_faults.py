@@ -21,7 +21,7 @@ import redis.asyncio as aioredis
 from services.bus.connection import connect
 from services.bus.keys import DISPATCHER_GROUP, PROJECTOR_GROUP, WORKERS_GROUP, Keys
 from services.projector import Projector, verify
-from services.redis_embedded import EmbeddedRedis
+from services.redis_embedded import EmbeddedRedis, free_port
 from services.runtime import ServiceSet, collect, create_games, wait_until_ended
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,7 +87,16 @@ async def test_a_process_killed_with_minus_9_mid_run(redis: aioredis.Redis, redi
         redis, KEYS, [("supply-chains", {}), ("overflow", {"size": "5"})], 15, BOTS
     )
     up = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "up", "--redis-url", redis_url],
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "up",
+            "--redis-url",
+            redis_url,
+            "--port",
+            str(free_port()),
+        ],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

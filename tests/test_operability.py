@@ -18,10 +18,12 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -267,7 +269,10 @@ def test_an_inspecting_command_without_a_redis_refuses(
 def test_selfplay_services_none_drives_a_running_deployment(
     agon: Callable[..., Agon], redis_url: str, namespace: str
 ) -> None:
-    up = agon("up", "--redis-url", redis_url, "--prefix", namespace, "--bots", "random")
+    up = agon(
+        "up", "--redis-url", redis_url, "--prefix", namespace, "--bots", "random",
+        "--port", str(free_port()),
+    )  # fmt: skip
     assert up.wait_for(is_ready, READY_S, stream="stdout") is not None, up.text()
     play = agon(
         "selfplay", "--services", "none", "--redis-url", redis_url, "--prefix", namespace,
@@ -424,3 +429,30 @@ def test_verify_gives_up_on_an_unreachable_redis(unreachable_verify: Agon) -> No
     assert last.startswith("agon verify: cannot reach Redis at"), err
     assert "--redis-url" in last and "REDIS_URL" in last
     assert all("cannot reach Redis at" in x for x in err.splitlines()), err
+
+
+# -- 7. the gateway as a process --------------------------------------------------------------
+def test_the_gateway_prints_its_url_serves_and_stops_on_sigterm(
+    agon: Callable[..., Agon], redis_url: str, namespace: str
+) -> None:
+    port = free_port()
+    gateway = agon("gateway", "--redis-url", redis_url, "--prefix", namespace, "--port", str(port))
+    line = gateway.wait_for(lambda x: "serving http://" in x, READY_S, stream="stdout")
+    assert line is not None and f"http://127.0.0.1:{port}" in line, gateway.text()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as resp:
+        assert json.loads(resp.read())["status"] == "ok"
+    assert gateway.terminate() == 0, gateway.text()
+    assert "Traceback" not in gateway.text()
+
+
+def test_the_gateway_on_a_taken_port_is_one_clear_line(
+    agon: Callable[..., Agon], redis_url: str, namespace: str
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        gateway = agon("gateway", "--redis-url", redis_url, "--port", str(port))
+        assert gateway.wait(READY_S + 5) == 1
+    err = gateway.text().strip().splitlines()
+    assert "Traceback" not in gateway.text() and f"cannot listen on 127.0.0.1:{port}" in err[-1]

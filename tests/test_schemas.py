@@ -30,6 +30,7 @@ from schemas.commands import (
     Abort,
     ClaimTimeout,
     CreateGame,
+    ImportGame,
     PlayMove,
     Resign,
     SeatPlayer,
@@ -60,6 +61,7 @@ COMMANDS: list[BaseModel] = [
     Resign(command_id="c4", game_id="g1", seat=2, token="t"),
     ClaimTimeout(command_id="c5", game_id="g1", expected_seq=4),
     Abort(command_id="c6", game_id="g1", seat=0, token="t"),
+    ImportGame(command_id="c7", game_id="g2", events=[{"v": 1, "type": "game_created"}]),
 ]
 EVENTS: list[BaseModel] = [
     GameCreated(
@@ -263,6 +265,7 @@ def test_reject_codes_are_the_closed_set_of_the_issue() -> None:
         "game_over",
         "malformed",
         "too_large",
+        "invalid_import",
     }
     with pytest.raises(ValidationError):
         Rejected(command_id="c", code="nope", message="")
@@ -292,7 +295,15 @@ def test_json_schema_of_every_direction() -> None:
         for m in out["commands"]["$defs"].values()
         if "type" in m.get("properties", {})
     }
-    assert tags == {"create_game", "seat_player", "play_move", "resign", "claim_timeout", "abort"}
+    assert tags == {
+        "create_game",
+        "seat_player",
+        "play_move",
+        "resign",
+        "claim_timeout",
+        "abort",
+        "import_game",
+    }
 
 
 def test_agon_schemas_writes_one_file_per_direction(tmp_path: Path) -> None:
@@ -311,5 +322,8 @@ def test_the_event_map_types_name_exactly_the_models_fields() -> None:
     from schemas.events import EVENT_MAPS, SeatSpecMap
 
     for model, mapping in EVENT_MAPS.items():
-        assert set(mapping.__required_keys__) == set(model.model_fields), model
+        keys = mapping.__required_keys__ | mapping.__optional_keys__
+        assert set(keys) == set(model.model_fields), model
+        # Only a field left out of the encoding when absent may be optional in the map.
+        assert mapping.__optional_keys__ == ({"imported_from"} if model is GameCreated else set())
     assert set(SeatSpecMap.__required_keys__) == set(SeatSpec.model_fields)

@@ -106,6 +106,10 @@ class CommandClient:
         """Send without waiting for replies (the sender reads the log instead)."""
         if not commands:
             return
+        if len(commands) == 1:  # a person's move: one XADD, without building a pipeline
+            command = commands[0]
+            await self.redis.xadd(self.keys.commands_for(command.game_id), {FIELD: encode(command)})
+            return
         pipe = self.redis.pipeline(transaction=False)
         for command in commands:
             self._queue(pipe, command)

@@ -115,6 +115,15 @@ class Keys:
     def bot_turns(self, bot: str) -> str:
         return f"{self.prefix}:bot:{{{bot}}}:turns"
 
+    # -- outside bots (the gateway) -----------------------------------------------------
+    def registered_bots(self) -> str:
+        """Outside bots by name: when each registered (its key is never stored)."""
+        return f"{self.prefix}:bots"
+
+    def bot_key_hashes(self) -> str:
+        """sha256 of each outside bot's key -> its name: how the gateway knows who knocks."""
+        return f"{self.prefix}:bots:keys"
+
     # -- replies to clients -------------------------------------------------------------
     def reply_stream(self, name: str) -> str:
         return f"{self.prefix}:replies:{name}"

@@ -9,6 +9,10 @@ live games is rebuilt from the log on a miss.
 Clocks are judged by arrival: `decide` gets `arrived`, when the command reached the command
 stream (its entry id's time), and a move that arrived by the deadline counts however late
 an engine gets to it; a timeout claim counts only if it arrived after the deadline.
+
+`ImportGame` creates a game from a finished game's exported log: checked as `agon verify`
+checks a log (hash chain, seqs, a replay move for move), then appended whole, re-keyed to
+the new id and re-chained (`services.export`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
+
+import msgpack
 
 from engine import ENGINE_VERSION, IllegalMoveError, InvalidMoveError, Move, State, load_game
 from engine.core import game_names
@@ -28,7 +34,16 @@ from schemas.codec import (
     move_played_map,
     unpack_event,
 )
-from schemas.commands import Abort, ClaimTimeout, Command, CreateGame, PlayMove, Resign, SeatPlayer
+from schemas.commands import (
+    Abort,
+    ClaimTimeout,
+    Command,
+    CreateGame,
+    ImportGame,
+    PlayMove,
+    Resign,
+    SeatPlayer,
+)
 from schemas.events import (
     EndReason,
     EventBase,
@@ -41,6 +56,7 @@ from schemas.events import (
 from schemas.replies import RejectCode
 from schemas.tokens import admin_token, bot_token, new_human_token, token_hash, token_matches
 from services.bus.clients import LogEntry
+from services.export import log_problems, rekeyed
 from services.projector.fold import GameFold, fold
 
 
@@ -176,6 +192,8 @@ class Rules:
         arrived = now if arrived is None else arrived
         if isinstance(cmd, CreateGame):
             return self._create(rec, cmd, now)
+        if isinstance(cmd, ImportGame):
+            return self._import(rec, cmd)
         if rec is None:
             raise Reject("unknown_game", f"no game {cmd.game_id}")
         if rec.end_reason is not None:
@@ -241,6 +259,38 @@ class Rules:
                 )
         self._start_if_full(out, cmd, now)
         return out
+
+    @staticmethod
+    def _import(rec: GameRecord | None, cmd: ImportGame) -> Decision:
+        """A finished game's exported log as a new game: checked as `agon verify` checks a
+        log (hash chain, seqs, a replay move for move), then appended re-keyed to the new id
+        and re-chained, with its times, seats, moves and result (`services.export.rekeyed`).
+        """
+        if rec is not None:
+            raise Reject("stale_seq", f"game {cmd.game_id} already exists (log at {rec.head})")
+        # The maps are the exported ones, keys as stored: packed again they are the
+        # original bytes, which the chain links (`services.export`).
+        entries = [
+            LogEntry(n, msgpack.packb(ev, use_bin_type=True))
+            for n, ev in enumerate(cmd.events, start=1)
+        ]
+        problems = log_problems(entries)
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise Reject("invalid_import", f"cannot import: {problems[0]}{more}")
+        last = cmd.events[-1].get("type")
+        if last != "game_ended":
+            raise Reject(
+                "invalid_import",
+                f"cannot import: the game has not ended (its last event, seq {len(entries)},"
+                f" is {last}); only a finished game can be imported",
+            )
+        events = rekeyed(entries, cmd.game_id)
+        record = GameRecord.from_log(
+            cmd.game_id, [LogEntry(n, data) for n, data in enumerate(events, start=1)]
+        )
+        assert record is not None  # a checked log has events
+        return Decision(record, events)
 
     def _seat(self, out: Decision, cmd: SeatPlayer, now: int) -> str:
         rec = out.record

@@ -217,6 +217,8 @@ class GameFold:
             "updated": self.updated,
             "deadline": self.deadline,
         }
+        if "imported_from" in c:
+            view["imported_from"] = c["imported_from"]  # only imported games: others keep bytes
         if self.error:
             view["error"] = self.error
         state = self.state

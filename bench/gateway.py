@@ -1,0 +1,1112 @@
+"""The gateway benchmark: REST moves/s, outside bots' turn round trip, spectator fan-out.
+
+Three processes besides Redis, so that the gateway's figures are its own on a two-core
+machine: the gateway (`python -m bench.gateway _gateway`: `serving()` as `agon gateway`
+uses it, with its own Redis client, on the loopback), the pipeline services (engine,
+projector, dispatcher and the built-in `random` bot worker as one `ServiceSet`, `python
+-m bench.gateway _services`), and this process, which plays every client and measures.
+Every figure is printed beside a baseline measured in the same run:
+
+- `rest`: moves/s through one gateway over REST with keep-alive: `REST_GAMES` concurrent
+  human-vs-human Teeko games, each played move after move (`POST /api/games/{id}/moves`
+  with the seq the previous move returned) from precomputed random legal moves. Baseline:
+  as many moves submitted straight to the pipeline (`CommandClient.submit`, same
+  concurrency, no HTTP). The median of `ROUNDS` rounds of each.
+- `bot ndjson` / `bot websocket`: an outside bot in `BOT_GAMES` concurrent games against
+  the built-in `random` bot, thinking `THINK_S` per turn. Per turn, the round trip without
+  the bot's think time: (the bot receives the turn, minus the turn's XADD to the bot's
+  inbox, i.e. its entry id's ms) plus (the bot sees the move accepted, minus the bot
+  sending it). Baseline: the built-in `random` worker's turns in the same games, from
+  the XADD to its inbox to its move's event `time` (appended to the log).
+- `spectators`: `SPECTATORS` WebSocket spectators on one game whose moves are submitted
+  straight to the pipeline every `MOVE_INTERVAL_S`: per event and spectator, its arrival
+  minus the event's `time` (the engine's clock when it appended it), an event never
+  delivered counting as infinitely late. Baseline: one spectator alone on another game.
+
+The gateway runs with its rate limits raised, since all load comes from one address and
+one key per bot. `run_gateway_bench(seconds)` returns one dict per figure (and one with
+what the helper processes logged); `agon bench gateway` prints them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import os
+import random
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, deque
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from engine import State, load_game
+from schemas.codec import FIELD_BYTES, DecodeError, decode_turn, unpack
+from schemas.commands import CreateGame, PlayMove, SeatPlayer, SeatSpec
+from schemas.replies import Accepted
+from services.bus.clients import CommandClient
+from services.bus.connection import Client, connect, scan_keys
+from services.bus.consumer import as_text
+from services.bus.keys import Keys
+from services.redis_embedded import free_port, redis_url_or_embedded
+
+ROOT = Path(__file__).resolve().parents[1]
+GAME = "teeko"
+
+TARGET_REST_MOVES_PER_SEC = 1_500.0
+TARGET_BOT_P99_MS = 20.0
+TARGET_SPECTATOR_P99_MS = 100.0
+
+#: Concurrent REST games, each on its own keep-alive connection; rounds per figure.
+REST_GAMES = 100
+ROUNDS = 3
+#: Outside bots: concurrent games, and the think time drawn per turn (seconds).
+BOT_GAMES = 100
+THINK_S = (0.25, 0.75)
+#: Turns in the first second of a bot phase (the 100 games starting at once) are left out.
+WARMUP_S = 1.0
+SPECTATORS = 1_000
+MOVE_INTERVAL_S = 0.5
+CONNECT_BATCH = 100
+#: Rounds of connecting spectators (the refused ones again), a pause between.
+CONNECT_ATTEMPTS = 5
+#: Redis connections this process may open (its load, not the gateway's, must not wait).
+BENCH_POOL = 4_096
+
+_STARTED = time.perf_counter()
+
+
+def progress(message: str) -> None:
+    """One line on stderr: where the benchmark is (the table goes to stdout)."""
+    print(
+        f"[bench gateway {time.perf_counter() - _STARTED:6.1f} s] {message}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def raise_open_files(wanted: int = 16_384) -> int:
+    """Raise this process's soft open-file limit towards `wanted` (up to the hard limit)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        return target
+    return int(soft)
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank `q` quantile of `values` (not empty)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process `pid` so far (Linux /proc), else None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds used by the helper processes, this client and the Redis server, summed
+    over the spans measured (`start` ... `stop`); `cores()` is their share of the wall time."""
+
+    def __init__(self, redis: Client, pids: dict[str, int]) -> None:
+        self.redis = redis
+        self.pids = pids
+        self.used: dict[str, float] = dict.fromkeys([*pids, "client", "redis"], 0.0)
+        self.wall = 0.0
+        self._then: dict[str, float] = {}
+        self._started = 0.0
+
+    async def _read(self) -> dict[str, float]:
+        out = {name: cpu_seconds(pid) or 0.0 for name, pid in self.pids.items()}
+        out["client"] = time.process_time()
+        info: Any = await self.redis.info("cpu")
+        out["redis"] = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+        return out
+
+    async def start(self) -> None:
+        self._then = await self._read()
+        self._started = time.perf_counter()
+
+    async def stop(self) -> None:
+        self.wall += time.perf_counter() - self._started
+        for name, value in (await self._read()).items():
+            self.used[name] += value - self._then[name]
+
+    def cores(self) -> dict[str, float]:
+        return {k: round(v / self.wall, 2) for k, v in self.used.items()} if self.wall else {}
+
+
+# -- games -------------------------------------------------------------------------------------
+@dataclass
+class BenchGame:
+    """A human-vs-human game created for the benchmark, and the random moves it will get."""
+
+    game_id: str
+    plan: list[tuple[str, int]]  # (move, seat of the mover)
+    tokens: dict[int, str] = field(default_factory=dict)
+    head: int = 0
+
+
+def random_plan(seed: int) -> list[tuple[str, int]]:
+    """A seeded random legal game of `GAME`: each move with the seat that plays it."""
+    rng = random.Random(seed)
+    state = load_game(GAME).new_initial_state()
+    plan = []
+    moves = state.legal_moves()
+    while moves:
+        move = moves[rng.randrange(len(moves))]
+        plan.append((str(move), int(state.seat_to_move)))
+        state.apply(move)
+        moves = state.legal_moves()
+    return plan
+
+
+def long_seed(moves: int, start: int = 0) -> int:
+    """The first seed from `start` whose random game has at least `moves` moves (or the
+    longest of the first thousand)."""
+    best, best_len = start, -1
+    for seed in range(start, start + 1000):
+        length = len(random_plan(seed))
+        if length >= moves:
+            return seed
+        if length > best_len:
+            best, best_len = seed, length
+    return best
+
+
+async def new_games(
+    client: CommandClient, redis: Client, keys: Keys, seeds: Sequence[int], tag: str
+) -> list[BenchGame]:
+    """Human-vs-human games created and seated straight through the pipeline (untimed)."""
+    games = [BenchGame(f"{tag}-{seed}", random_plan(seed)) for seed in seeds]
+    for lo in range(0, len(games), 500):
+        chunk = games[lo : lo + 500]
+        creates = [
+            CreateGame(
+                command_id=f"c-{g.game_id}",
+                game_id=g.game_id,
+                game=GAME,
+                seats=[SeatSpec(kind="human"), SeatSpec(kind="human")],
+            )
+            for g in chunk
+        ]
+        _accepted(await client.submit_many(creates, timeout_s=30))
+        seats = [
+            SeatPlayer(command_id=f"s{s}-{g.game_id}", game_id=g.game_id, seat=s, name=f"p{s}")
+            for g in chunk
+            for s in (1, 2)
+        ]
+        replies = _accepted(await client.submit_many(seats, timeout_s=30))
+        for i, (command, reply) in enumerate(zip(seats, replies, strict=True)):
+            assert reply.token is not None
+            chunk[i // 2].tokens[command.seat] = reply.token
+        pipe = redis.pipeline(transaction=False)
+        for g in chunk:
+            pipe.xlen(keys.log(g.game_id))
+        for g, head in zip(chunk, await pipe.execute(), strict=True):
+            g.head = int(head)
+    return games
+
+
+def _accepted(replies: Sequence[Any]) -> list[Accepted]:
+    for reply in replies:
+        if not isinstance(reply, Accepted):
+            raise RuntimeError(f"the engine refused a benchmark command: {reply!r}")
+    return list(replies)
+
+
+# -- 1. moves/s over REST ----------------------------------------------------------------------
+@dataclass
+class PlayStats:
+    moves: int = 0
+    seconds: float = 0.0
+    latencies_ms: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def rate(self) -> float:
+        return self.moves / self.seconds if self.seconds > 0 else 0.0
+
+
+async def post_json(
+    http: aiohttp.ClientSession, url: str, body: dict[str, Any], **kwargs: Any
+) -> tuple[int, dict[str, Any]]:
+    """POST `body`; the status and the JSON answer (status 0 and the error's name when
+    the connection failed, `{}` for an answer that is no JSON object)."""
+    try:
+        async with http.post(url, json=body, **kwargs) as resp:
+            try:
+                answer = await resp.json(content_type=None)
+            except ValueError:
+                answer = None
+            return resp.status, answer if isinstance(answer, dict) else {}
+    except aiohttp.ClientError as exc:
+        return 0, {"code": type(exc).__name__}
+
+
+async def play_rest(
+    http: aiohttp.ClientSession, base: str, games: Sequence[BenchGame], seconds: float
+) -> PlayStats:
+    """Play the games over REST, `REST_GAMES` at a time, for `seconds`."""
+    queue = deque(games)
+    stats = PlayStats()
+    deadline = time.perf_counter() + seconds
+
+    async def player() -> None:
+        while queue and time.perf_counter() < deadline:
+            game = queue.popleft()
+            seq = game.head
+            url = f"{base}/api/games/{game.game_id}/moves"
+            for move, seat in game.plan:
+                if time.perf_counter() >= deadline:
+                    return
+                body = {"move": move, "seq": seq, "token": game.tokens[seat]}
+                sent = time.perf_counter()
+                status, answer = await post_json(http, url, body)
+                stats.latencies_ms.append((time.perf_counter() - sent) * 1000)
+                if status != 200:
+                    stats.errors[str(answer.get("code"))] += 1
+                    break
+                seq = int(answer["seq"])
+                stats.moves += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(player() for _ in range(REST_GAMES)))
+    stats.seconds = time.perf_counter() - started
+    return stats
+
+
+async def play_direct(client: CommandClient, games: Sequence[BenchGame], moves: int) -> PlayStats:
+    """Submit `moves` moves of the games straight to the pipeline, as `play_rest` does."""
+    queue = deque(games)
+    stats = PlayStats()
+    issued = 0
+
+    async def player() -> None:
+        nonlocal issued
+        while queue and issued < moves:
+            game = queue.popleft()
+            seq = game.head
+            for ply, (move, seat) in enumerate(game.plan):
+                if issued >= moves:
+                    return
+                issued += 1
+                command = PlayMove(
+                    command_id=f"d-{game.game_id}-{ply}",
+                    game_id=game.game_id,
+                    seat=seat,
+                    token=game.tokens[seat],
+                    move=move,
+                    expected_seq=seq,
+                )
+                sent = time.perf_counter()
+                reply = await client.submit(command)
+                stats.latencies_ms.append((time.perf_counter() - sent) * 1000)
+                if not isinstance(reply, Accepted):
+                    stats.errors[str(getattr(reply, "code", "?"))] += 1
+                    break
+                seq = reply.seq
+                stats.moves += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(player() for _ in range(REST_GAMES)))
+    stats.seconds = time.perf_counter() - started
+    return stats
+
+
+async def rest_figure(
+    redis: Client, keys: Keys, base: str, pids: dict[str, int], seconds: float, tag: str
+) -> dict[str, Any]:
+    rest_rounds: list[PlayStats] = []
+    direct_rounds: list[PlayStats] = []
+    meter = CpuMeter(redis, pids)
+    mean_len = statistics.mean(len(random_plan(s)) for s in range(200))
+    expected_rate = 3 * TARGET_REST_MOVES_PER_SEC
+    seed = 0
+    connector = aiohttp.TCPConnector(limit=REST_GAMES)
+    async with (
+        CommandClient(redis, keys) as client,
+        aiohttp.ClientSession(connector=connector) as http,
+    ):
+
+        async def games_for(rate: float, span: float, label: str) -> list[BenchGame]:
+            nonlocal seed
+            count = max(2 * REST_GAMES, math.ceil(rate * span * 1.5 / mean_len))
+            made = await new_games(client, redis, keys, range(seed, seed + count), f"{tag}{label}")
+            seed += count
+            return made
+
+        progress("rest: warming up (1 s of REST moves, untimed)")
+        await play_rest(http, base, await games_for(expected_rate, 1.0, "w"), 1.0)
+        for r in range(1, ROUNDS + 1):
+            progress(f"rest: round {r}/{ROUNDS}: creating games")
+            games = await games_for(expected_rate, seconds, f"r{r}")
+            progress(f"rest: round {r}/{ROUNDS}: {REST_GAMES} games over REST for {seconds:g} s")
+            await meter.start()
+            rest = await play_rest(http, base, games, seconds)
+            await meter.stop()
+            rest_rounds.append(rest)
+            expected_rate = max(expected_rate, 1.5 * rest.rate)
+            progress(
+                f"rest: round {r}/{ROUNDS}: {rest.rate:.0f} moves/s;"
+                f" baseline: {rest.moves} moves submitted directly"
+            )
+            direct_games = await games_for(2 * expected_rate, rest.moves / expected_rate, f"d{r}")
+            direct_rounds.append(await play_direct(client, direct_games, rest.moves))
+    rate = statistics.median(s.rate for s in rest_rounds)
+    direct = statistics.median(s.rate for s in direct_rounds)
+    latencies = [x for s in rest_rounds for x in s.latencies_ms]
+    direct_latencies = [x for s in direct_rounds for x in s.latencies_ms]
+    errors = sum((s.errors for s in rest_rounds), Counter[str]())
+    moves = sum(s.moves for s in rest_rounds)
+    return {
+        "name": "rest",
+        "games": REST_GAMES,
+        "rounds": [round(s.rate, 1) for s in rest_rounds],
+        "moves": moves,
+        "moves_per_sec": round(rate, 1),
+        "request_p50_ms": round(statistics.median(latencies), 2) if latencies else None,
+        "request_p99_ms": round(quantile(latencies, 0.99), 2) if latencies else None,
+        "errors": dict(errors),
+        "gateway_cpu_us_per_move": round(meter.used["gateway"] / max(1, moves) * 1e6, 1),
+        "cpu_cores": meter.cores(),
+        "baseline_moves_per_sec": round(direct, 1),
+        "baseline_rounds": [round(s.rate, 1) for s in direct_rounds],
+        "baseline_p50_ms": round(statistics.median(direct_latencies), 2),
+        "baseline_p99_ms": round(quantile(direct_latencies, 0.99), 2),
+        "ratio": round(rate / direct, 3) if direct else None,
+        "target_moves_per_sec": TARGET_REST_MOVES_PER_SEC,
+        "met": rate >= TARGET_REST_MOVES_PER_SEC,
+    }
+
+
+# -- 2. an outside bot's turn round trip -------------------------------------------------------
+@dataclass
+class TurnTimes:
+    """One turn of the outside bot, by this process's wall clock (seconds)."""
+
+    received: float
+    sent: float = 0.0
+    accepted: float = 0.0
+
+
+class InboxWatch:
+    """Records when each turn was XADDed to the watched inboxes: (game, seq) -> entry ms."""
+
+    def __init__(self, redis: Client, inboxes: Sequence[str]) -> None:
+        self.redis = redis
+        self.added: dict[str, dict[tuple[str, int], int]] = {i: {} for i in inboxes}
+        self.last: dict[Any, Any] = {}
+
+    async def start(self) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        for inbox in self.added:
+            pipe.xrevrange(inbox, count=1)
+        for inbox, rows in zip(self.added, await pipe.execute(), strict=True):
+            self.last[inbox] = as_text(rows[0][0]) if rows else "0-0"
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            reply: Any = await self.redis.xread(dict(self.last), count=1000, block=100)
+            for stream, entries in reply or ():
+                inbox = as_text(stream)
+                for entry_id, fields in entries:
+                    self.last[inbox] = as_text(entry_id)
+                    with contextlib.suppress(DecodeError, KeyError):
+                        turn = decode_turn(fields[FIELD_BYTES])
+                        ms = int(as_text(entry_id).partition("-")[0])
+                        self.added[inbox].setdefault((turn.game_id, turn.seq), ms)
+
+
+class OutsideBot:
+    """A random-move bot answering its turns after a think time; records every turn."""
+
+    def __init__(self, http: aiohttp.ClientSession, base: str, name: str, key: str) -> None:
+        self.http = http
+        self.base = base
+        self.name = name
+        self.headers = {"Authorization": f"Bearer {key}"}
+        self.turns: dict[tuple[str, int], TurnTimes] = {}
+        self.games: set[str] = set()
+        self.ended = 0
+        self.errors: Counter[str] = Counter()
+        self.rng = random.Random(5)
+        self._states: dict[str, tuple[State, int]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        #: new games replace ended ones while true; moves are sent while `answering`
+        self.creating = True
+        self.answering = True
+
+    def stop_answering(self) -> float:
+        """Send no more moves (so none is in flight when the connection closes); when."""
+        self.creating = self.answering = False
+        return time.time()
+
+    def choose(self, turn: dict[str, Any]) -> str:
+        """A random legal move after the turn's moves (replaying only the new ones)."""
+        game_id, moves = str(turn["game_id"]), list(turn["moves"])
+        state, done = self._states.get(game_id) or (load_game(turn["game"]).new_initial_state(), 0)
+        if done > len(moves):
+            state, done = load_game(turn["game"]).new_initial_state(), 0
+        for text in moves[done:]:
+            state.apply(text)
+        self._states[game_id] = (state, len(moves))
+        legal = state.legal_moves()
+        return str(legal[self.rng.randrange(len(legal))])
+
+    async def new_game(self) -> None:
+        body = {"game": GAME, "seats": [{"bot": self.name}, {"bot": "random"}]}
+        status, answer = await post_json(self.http, f"{self.base}/api/games", body)
+        if status != 201:
+            self.errors[f"create: {answer.get('code')}"] += 1
+            return
+        self.games.add(str(answer["id"]))
+
+    def on_message(self, text: str | bytes, received: float) -> None:
+        """A line or socket message from the gateway, received at `received`."""
+        if not text.strip():
+            return  # an NDJSON keep-alive
+        message = json.loads(text)
+        kind = message.get("type")
+        if kind == "turn":
+            key = (str(message["game_id"]), int(message["seq"]))
+            self.turns.setdefault(key, TurnTimes(received))
+            self._spawn(self._answer(message, key))
+        elif kind == "ended":
+            self.ended += 1
+            if self.creating:
+                self._spawn(self.new_game())
+        elif kind == "reply":
+            _, game_id, seq = str(message["command_id"]).split(":")
+            times = self.turns.get((game_id, int(seq)))
+            if not message.get("ok"):
+                self.errors[str(message.get("code"))] += 1
+            elif times is not None and not times.accepted:
+                times.accepted = received
+        elif kind == "error":
+            self.errors[str(message.get("code"))] += 1
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        async def run() -> None:
+            try:
+                await work
+            except (aiohttp.ClientError, ConnectionError, RuntimeError) as exc:
+                self.errors[f"client: {type(exc).__name__}"] += 1
+
+        task = asyncio.create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _answer(self, turn: dict[str, Any], key: tuple[str, int]) -> None:
+        move = self.choose(turn)
+        await asyncio.sleep(self.rng.uniform(*THINK_S))
+        if not self.answering:
+            return
+        self.turns[key].sent = time.time()
+        await self.send_move(key[0], move, key[1])
+
+    async def send_move(self, game_id: str, move: str, seq: int) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        self.creating = False
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class NdjsonBot(OutsideBot):
+    """Turns from `GET /api/bot/stream`; answers with `POST /api/bot/games/{id}/moves`."""
+
+    async def serve(self, ready: asyncio.Event) -> None:
+        url = f"{self.base}/api/bot/stream"
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+        async with self.http.get(url, headers=self.headers, timeout=timeout) as stream:
+            if stream.status != 200:
+                raise RuntimeError(f"the bot stream answered {stream.status}")
+            ready.set()
+            async for line in stream.content:
+                self.on_message(line, time.time())
+
+    async def send_move(self, game_id: str, move: str, seq: int) -> None:
+        url = f"{self.base}/api/bot/games/{game_id}/moves"
+        body = {"move": move, "seq": seq}
+        status, answer = await post_json(self.http, url, body, headers=self.headers)
+        accepted = time.time()
+        if status == 200:
+            self.turns[(game_id, seq)].accepted = accepted
+        else:
+            self.errors[str(answer.get("code"))] += 1
+
+
+class SocketBot(OutsideBot):
+    """Turns from `/ws/bot`; answers with `move` messages on it, accepted by `reply`."""
+
+    ws: aiohttp.ClientWebSocketResponse | None = None
+
+    async def serve(self, ready: asyncio.Event) -> None:
+        async with self.http.ws_connect(f"{self.base}/ws/bot", headers=self.headers) as ws:
+            self.ws = ws
+            ready.set()
+            async for msg in ws:
+                if msg.type == aiohttp.WSMsgType.TEXT:
+                    self.on_message(msg.data, time.time())
+
+    async def send_move(self, game_id: str, move: str, seq: int) -> None:
+        assert self.ws is not None
+        message = {"type": "move", "game_id": game_id, "move": move, "seq": seq}
+        await self.ws.send_str(json.dumps(message))
+
+
+async def event_times(
+    redis: Client, keys: Keys, game_ids: Sequence[str]
+) -> dict[tuple[str, int], int]:
+    """(game, seq) -> the event's `time` for every move_played event of the games."""
+    pipe = redis.pipeline(transaction=False)
+    for gid in game_ids:
+        pipe.xrange(keys.log(gid))
+    out: dict[tuple[str, int], int] = {}
+    for gid, rows in zip(game_ids, await pipe.execute(), strict=True):
+        for _, fields in rows:
+            ev = unpack(fields[FIELD_BYTES])
+            if ev.get("type") == "move_played":
+                out[(gid, int(ev["seq"]))] = int(ev["time"])
+    return out
+
+
+async def bot_figure(
+    redis: Client,
+    keys: Keys,
+    base: str,
+    transport: str,
+    seconds: float,
+    tag: str,
+    pids: dict[str, int],
+) -> dict[str, Any]:
+    name = f"bench-{transport}-{tag}"
+    meter = CpuMeter(redis, pids)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+        status, registered = await post_json(http, f"{base}/api/bots", {"name": name})
+        if status != 201:
+            raise RuntimeError(f"registering the bot failed: {status} {registered}")
+        cls = NdjsonBot if transport == "ndjson" else SocketBot
+        bot = cls(http, base, name, str(registered["key"]))
+        watch = InboxWatch(redis, [keys.bot_turns(name), keys.bot_turns("random")])
+        await watch.start()
+        stop = asyncio.Event()
+        watching = asyncio.create_task(watch.run(stop))
+        ready = asyncio.Event()
+        serving = asyncio.create_task(bot.serve(ready))
+        waiting = asyncio.create_task(ready.wait())
+        await asyncio.wait({serving, waiting}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        if not ready.is_set():
+            serving.cancel()
+            stop.set()
+            await asyncio.gather(serving, watching, return_exceptions=True)
+            failure = serving.exception() if serving.done() and not serving.cancelled() else None
+            raise RuntimeError(f"the bot's {transport} connection did not open: {failure!r}")
+        await asyncio.sleep(0.3)  # let the gateway look for pending turns first
+        progress(f"bot {transport}: {BOT_GAMES} games vs random for {seconds:g} s")
+        started = time.time()
+        await asyncio.gather(*(bot.new_game() for _ in range(BOT_GAMES)))
+        await asyncio.sleep(WARMUP_S)
+        await meter.start()
+        await asyncio.sleep(max(0.0, seconds - WARMUP_S))
+        await meter.stop()
+        stopped = bot.stop_answering()
+        await asyncio.sleep(1.0)  # replies to the moves in flight
+        await bot.close()
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+        stop.set()
+        await watching
+    appended = await event_times(redis, keys, sorted(bot.games))
+    mine, theirs = watch.added[keys.bot_turns(name)], watch.added[keys.bot_turns("random")]
+    cutoff_ms = (started + WARMUP_S) * 1000
+    # Turns received this long before the bot stopped answering were all answered in time.
+    answerable = stopped - THINK_S[1] - 0.05
+    unanswered = sum(1 for t in bot.turns.values() if t.received < answerable and not t.accepted)
+    trips, to_append = [], []
+    for key, t in bot.turns.items():
+        added = mine.get(key)
+        if added is None or added < cutoff_ms or not t.accepted:
+            continue
+        trips.append((t.received - added / 1000 + t.accepted - t.sent) * 1000)
+        if (key[0], key[1] + 1) in appended:
+            think = t.sent - t.received
+            to_append.append(appended[(key[0], key[1] + 1)] - added - think * 1000)
+    worker = [
+        appended[(gid, seq + 1)] - ms
+        for (gid, seq), ms in theirs.items()
+        if gid in bot.games and ms >= cutoff_ms and (gid, seq + 1) in appended
+    ]
+    row: dict[str, Any] = {
+        "name": f"bot {transport}",
+        "games": BOT_GAMES,
+        "turns": len(trips),
+        "turns_unanswered": unanswered,
+        "games_ended": bot.ended,
+        "errors": dict(bot.errors),
+        "cpu_cores": meter.cores(),
+        "target_p99_ms": TARGET_BOT_P99_MS,
+    }
+    if trips:
+        p99 = quantile(trips, 0.99)
+        row.update(
+            p50_ms=round(statistics.median(trips), 2),
+            p99_ms=round(p99, 2),
+            max_ms=round(max(trips), 2),
+            met=p99 <= TARGET_BOT_P99_MS and not unanswered,
+        )
+    if to_append:
+        row.update(
+            append_p50_ms=round(statistics.median(to_append), 2),
+            append_p99_ms=round(quantile(to_append, 0.99), 2),
+        )
+    if worker:
+        row.update(
+            baseline_turns=len(worker),
+            baseline_p50_ms=round(statistics.median(worker), 2),
+            baseline_p99_ms=round(quantile(worker, 0.99), 2),
+        )
+        if trips:
+            row["ratio"] = round(row["p99_ms"] / max(row["baseline_p99_ms"], 1.0), 2)
+    row.setdefault("met", False)
+    return row
+
+
+# -- 3. spectators -----------------------------------------------------------------------------
+async def spectate(
+    http: aiohttp.ClientSession,
+    base: str,
+    game: BenchGame,
+    count: int,
+    client: CommandClient,
+    moves: int,
+    meter: CpuMeter | None = None,
+) -> dict[str, Any]:
+    """`count` sockets on the game; a first move (warming the gateway up: its figures are
+    kept apart), then `moves` moves submitted every `MOVE_INTERVAL_S`; each event's delivery
+    latency per socket (arrival - the event's `time`), in ms."""
+    by_seq: dict[int, list[float]] = {}
+    per_socket = [0] * count  # events received, per socket connected
+    url = f"{base}/ws/games/{game.game_id}?since={game.head}"
+
+    async def listen(index: int, ws: aiohttp.ClientWebSocketResponse) -> None:
+        async for msg in ws:
+            now = time.time() * 1000
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                continue
+            message = json.loads(msg.data)
+            if message.get("type") == "event":
+                by_seq.setdefault(int(message["seq"]), []).append(now - message["event"]["time"])
+                per_socket[index] += 1
+
+    sockets: list[aiohttp.ClientWebSocketResponse] = []
+    refused: Counter[str] = Counter()
+    for attempt in range(CONNECT_ATTEMPTS):
+        while len(sockets) < count:
+            batch = min(CONNECT_BATCH, count - len(sockets))
+            opened = await asyncio.gather(
+                *(http.ws_connect(url) for _ in range(batch)), return_exceptions=True
+            )
+            sockets += [ws for ws in opened if isinstance(ws, aiohttp.ClientWebSocketResponse)]
+            failed = [e for e in opened if not isinstance(e, aiohttp.ClientWebSocketResponse)]
+            for exc in failed:
+                status = getattr(exc, "status", None)
+                refused[str(status) if status else type(exc).__name__] += 1
+            if failed:
+                break  # pause, then try again
+        if len(sockets) == count:
+            break
+        await asyncio.sleep(0.5 * (attempt + 1))
+    if count > 1:
+        progress(f"spectators: {len(sockets)}/{count} connected; refused {dict(refused) or 0}")
+    listeners = [asyncio.create_task(listen(i, ws)) for i, ws in enumerate(sockets)]
+    seq = game.head
+    try:
+        await asyncio.sleep(0.5)
+        if meter is not None:
+            await meter.start()
+        for ply, (move, seat) in enumerate(game.plan[: moves + 1]):
+            command = PlayMove(
+                command_id=f"v-{game.game_id}-{ply}",
+                game_id=game.game_id,
+                seat=seat,
+                token=game.tokens[seat],
+                move=move,
+                expected_seq=seq,
+            )
+            reply = await client.submit(command)
+            assert isinstance(reply, Accepted), reply
+            seq = reply.seq
+            await asyncio.sleep(MOVE_INTERVAL_S)
+        if meter is not None:
+            await meter.stop()
+        deadline = time.perf_counter() + 3.0
+        while sum(per_socket) < (seq - game.head) * len(sockets) and time.perf_counter() < deadline:
+            await asyncio.sleep(0.1)
+    finally:
+        closed = sum(1 for ws in sockets if ws.closed)
+        await asyncio.gather(*(ws.close() for ws in sockets), return_exceptions=True)
+        for task in listeners:
+            task.cancel()
+        await asyncio.gather(*listeners, return_exceptions=True)
+    events = seq - game.head - 1  # the first is the warm-up
+    measured = [x for n in range(game.head + 2, seq + 1) for x in by_seq.get(n, [])]
+    first = by_seq.get(game.head + 1, [])
+    return {
+        "events": events,
+        "expected": events * len(sockets),
+        "delivered": len(measured),
+        "first_p99_ms": round(quantile(first, 0.99), 2) if first else None,
+        "first_delivered": len(first),
+        "sockets_short": sum(1 for n in per_socket[: len(sockets)] if n < events + 1),
+        "sockets_closed_by_gateway": closed,
+        "connected": len(sockets),
+        "handshakes_refused": dict(refused),
+        "latencies": measured,
+    }
+
+
+def delivery_quantiles(result: dict[str, Any]) -> tuple[float | None, float | None]:
+    """p50 and p99 of delivery over every expected delivery, a missing one counting as
+    never delivered (None when that is where the quantile falls)."""
+    missing = max(0, result["expected"] - result["delivered"])
+    values = [*result["latencies"], *[math.inf] * missing]
+    if not values:
+        return None, None
+    p50, p99 = quantile(values, 0.5), quantile(values, 0.99)
+    return (
+        None if math.isinf(p50) else round(p50, 2),
+        None if math.isinf(p99) else round(p99, 2),
+    )
+
+
+async def spectator_figure(
+    redis: Client, keys: Keys, base: str, seconds: float, tag: str, pids: dict[str, int]
+) -> dict[str, Any]:
+    moves = max(4, int(seconds / MOVE_INTERVAL_S))
+    seed = long_seed(moves + 2)
+    connector = aiohttp.TCPConnector(limit=0)
+    meter = CpuMeter(redis, pids)
+    async with (
+        CommandClient(redis, keys) as client,
+        aiohttp.ClientSession(connector=connector) as http,
+    ):
+        (one,) = await new_games(client, redis, keys, [seed], f"{tag}s1")
+        (crowd,) = await new_games(client, redis, keys, [seed], f"{tag}s2")
+        progress(f"spectators: baseline, 1 spectator, {moves} moves {MOVE_INTERVAL_S:g} s apart")
+        alone = await spectate(http, base, one, 1, client, moves)
+        progress(f"spectators: {SPECTATORS} sockets on one game, {moves} moves")
+        many = await spectate(http, base, crowd, SPECTATORS, client, moves, meter)
+        info: Any = await redis.info("clients")
+    p50, p99 = delivery_quantiles(many)
+    base_p50, base_p99 = delivery_quantiles(alone)
+    complete = many["delivered"] == many["expected"] and many["connected"] == SPECTATORS
+    row: dict[str, Any] = {
+        "name": "spectators",
+        "spectators": SPECTATORS,
+        "connected": many["connected"],
+        "handshakes_refused": many["handshakes_refused"],
+        "events": many["events"],
+        "expected": many["expected"],
+        "delivered": many["delivered"],
+        "sockets_short": many["sockets_short"],
+        "sockets_closed_by_gateway": many["sockets_closed_by_gateway"],
+        "p50_ms": p50,
+        "p99_ms": p99,
+        "max_ms": round(max(many["latencies"]), 2) if many["latencies"] else None,
+        "first_event_p99_ms": many["first_p99_ms"],
+        "first_event_delivered": many["first_delivered"],
+        "cpu_cores": meter.cores(),
+        "redis_clients_after": int(info["connected_clients"]),
+        "baseline_p50_ms": base_p50,
+        "baseline_p99_ms": base_p99,
+        "ratio": round(p99 / max(base_p99, 1.0), 2) if p99 and base_p99 else None,
+        "target_p99_ms": TARGET_SPECTATOR_P99_MS,
+        "met": p99 is not None and p99 <= TARGET_SPECTATOR_P99_MS and complete,
+    }
+    return row
+
+
+# -- the run -----------------------------------------------------------------------------------
+def spawn(
+    mode: str, url: str, prefix: str, *extra: str, log: Path | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """A helper process (`_services` or `_gateway`) once it says it is ready; its line.
+    Its stderr goes to `log` when given."""
+    with contextlib.ExitStack() as files:
+        stderr = files.enter_context(log.open("w")) if log is not None else None
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.gateway", f"_{mode}", url, prefix, *extra],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if not line.startswith("ready"):
+        proc.kill()
+        raise RuntimeError(f"the {mode} process did not start (said {line!r})")
+    return proc, line
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate(timeout=5)
+
+
+async def _bench(url: str, seconds: float, cleanup: bool) -> list[dict[str, Any]]:
+    tag = f"g{int(time.time())}"
+    keys = Keys(prefix=f"bench-{tag}")
+    port = free_port()
+    progress("starting the pipeline services and the gateway, each in its own process")
+    procs: list[subprocess.Popen[str]] = []
+    logs = Path(tempfile.mkdtemp(prefix="agon-bench-gateway-"))
+    # Room for every concurrent request of this client (redis-py's default pool is 100).
+    redis = await connect(url, max_connections=BENCH_POOL)
+    try:
+        services, _ = spawn("services", url, keys.prefix, log=logs / "services.log")
+        procs.append(services)
+        gateway, _ = spawn("gateway", url, keys.prefix, str(port), log=logs / "gateway.log")
+        procs.append(gateway)
+        base = f"http://127.0.0.1:{port}"
+        pids = {"gateway": gateway.pid, "services": services.pid}
+        results = [await rest_figure(redis, keys, base, pids, seconds, tag)]
+        for transport in ("ndjson", "websocket"):
+            results.append(await bot_figure(redis, keys, base, transport, seconds, tag, pids))
+        results.append(await spectator_figure(redis, keys, base, seconds, tag, pids))
+        for proc in reversed(procs):
+            stop(proc)
+        results.append(helper_logs(logs))
+        progress("done")
+        return results
+    finally:
+        for proc in reversed(procs):
+            stop(proc)
+        if cleanup:
+            await delete_keys(redis, keys)
+        await redis.aclose()
+
+
+async def delete_keys(redis: Client, keys: Keys) -> None:
+    """Remove every key of the benchmark's key space from a Redis it was lent."""
+    names = [name async for name in scan_keys(redis, f"{keys.prefix}:*")]
+    for lo in range(0, len(names), 1000):
+        pipe = redis.pipeline(transaction=False)
+        for name in names[lo : lo + 1000]:
+            pipe.unlink(name)
+        await pipe.execute()
+
+
+def helper_logs(logs: Path) -> dict[str, Any]:
+    """What the helper processes wrote to stderr (errors; they log nothing else): counts
+    and the last line of each error. The directory is removed when they wrote nothing."""
+    row: dict[str, Any] = {"name": "logs", "directory": str(logs)}
+    for path in sorted(logs.glob("*.log")):
+        lines = path.read_text(errors="replace").splitlines()
+        errors = [i for i, line in enumerate(lines) if line.startswith(("ERROR", "Traceback"))]
+        last = [
+            line
+            for line in lines
+            if line and not line.startswith((" ", "ERROR", "Traceback", "During", "The above"))
+        ]
+        row[path.stem] = {"lines": len(lines), "errors": len(errors), "last": sorted(set(last))[:5]}
+    if not any(row[p.stem]["lines"] for p in logs.glob("*.log")):
+        shutil.rmtree(logs, ignore_errors=True)
+        row["directory"] = None
+    return row
+
+
+def run_gateway_bench(seconds: float = 5.0, redis_url: str | None = None) -> list[dict[str, Any]]:
+    """Every gateway figure against `redis_url` (its keys removed afterwards), else a
+    private redis-server."""
+    raise_open_files()  # before a private server starts, so that it inherits the limit
+    with redis_url_or_embedded(redis_url) as url:
+        return asyncio.run(_bench(url, seconds, cleanup=redis_url is not None))
+
+
+def _met(row: dict[str, Any]) -> str:
+    return "met" if row.get("met") else "not met"
+
+
+def _ms(value: Any) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _quantiles(row: dict[str, Any], prefix: str = "") -> str:
+    return f"p50 {_ms(row.get(prefix + 'p50_ms'))} p99 {_ms(row.get(prefix + 'p99_ms'))} ms"
+
+
+def _cpu(row: dict[str, Any]) -> None:
+    cores = row.get("cpu_cores") or {}
+    if cores:
+        parts = ", ".join(f"{name} {value:.2f}" for name, value in cores.items())
+        print(f"{'  CPU cores used':<32} {parts}")
+
+
+def print_gateway_table(results: Sequence[dict[str, Any]]) -> None:
+    print(f"{'figure':<32} {'value':>22} {'baseline':>22} {'/ baseline':>10} {'target':>14}  met")
+    for r in results:
+        ratio = "-" if r.get("ratio") is None else f"{r['ratio']:.2f}"
+        if r["name"] == "rest":
+            value = f"{r['moves_per_sec']:.0f} moves/s"
+            base = f"{r['baseline_moves_per_sec']:.0f} moves/s"
+            target = f">= {r['target_moves_per_sec']:.0f}/s"
+            print(
+                f"{'REST moves/s, 1 gateway':<32} {value:>22} {base:>22} {ratio:>10} {target:>14}"
+                f"  {_met(r)}"
+            )
+            rounds = " ".join(f"{x:.0f}" for x in r["rounds"])
+            base_rounds = " ".join(f"{x:.0f}" for x in r["baseline_rounds"])
+            print(f"{'  rounds (moves/s)':<32} {rounds:>22} {base_rounds:>22}")
+            per_move, base_move = _quantiles(r, "request_"), _quantiles(r, "baseline_")
+            print(f"{'  per move':<32} {per_move:>22} {base_move:>22}")
+            print(f"{'  gateway CPU per move':<32} {r['gateway_cpu_us_per_move']:>19.0f} us")
+            _cpu(r)
+            if r["errors"]:
+                print(f"{'  refused':<32} {r['errors']}")
+        elif r["name"].startswith("bot"):
+            label = f"bot turn, {r['name'][4:]}, {r['games']} games"
+            target = f"p99 <= {r['target_p99_ms']:g} ms"
+            print(
+                f"{label:<32} {_quantiles(r):>22} {_quantiles(r, 'baseline_'):>22} {ratio:>10}"
+                f" {target:>14}  {_met(r)}"
+            )
+            print(f"{'  same turns, XADD to append':<32} {_quantiles(r, 'append_'):>22}")
+            print(f"{'  turns measured':<32} {r['turns']:>22} {r.get('baseline_turns', 0):>22}")
+            _cpu(r)
+            if r["errors"] or r["turns_unanswered"]:
+                print(f"{'  problems':<32} unanswered {r['turns_unanswered']}, {r['errors']}")
+        elif r["name"] == "spectators":
+            label = f"{r['spectators']} spectators, delivery"
+            target = f"p99 <= {r['target_p99_ms']:g} ms"
+            print(
+                f"{label:<32} {_quantiles(r):>22} {_quantiles(r, 'baseline_'):>22} {ratio:>10}"
+                f" {target:>14}  {_met(r)}"
+            )
+            print(
+                f"{'  delivered':<32} {r['delivered']} of {r['expected']} ({r['events']} events);"
+                f" {r['connected']} connected (refused {r['handshakes_refused'] or 0}),"
+                f" {r['sockets_short']} missed some,"
+                f" {r['sockets_closed_by_gateway']} closed by the gateway"
+            )
+            first = f"p99 {_ms(r['first_event_p99_ms'])} ms"
+            print(
+                f"{'  first event (warm-up, apart)':<32} {first:>22}"
+                f"  delivered {r['first_event_delivered']} of {r['connected']}"
+            )
+            _cpu(r)
+        elif r["name"] == "logs" and r["directory"]:
+            for proc in ("gateway", "services"):
+                found = r.get(proc) or {}
+                if found.get("lines"):
+                    print(
+                        f"{'  ' + proc + ' stderr':<32} {found['errors']} error(s) in"
+                        f" {r['directory']}/{proc}.log: {'; '.join(found['last'])}"
+                    )
+    notes = (
+        "notes: the gateway (its Redis client as `agon gateway` makes it), the pipeline services",
+        "  (engine, projector, dispatcher, random worker) and this client each run in their own",
+        "  process; the gateway's rate limits are raised (one address, one key).",
+        "  REST: median of rounds; baseline = as many moves through CommandClient.submit.",
+        "  bot turn = (turn received - its inbox XADD) + (move accepted - move sent), i.e. without",
+        "  think time; baseline = the random worker's turns in the same games, inbox XADD to the",
+        "  move's event time. spectators: arrival - event time, an undelivered event counting as",
+        "  never; baseline = one spectator alone. '/ baseline' is the rate ratio for REST, the p99",
+        "  ratio for latencies. Times are in ms; inbox XADD times have 1 ms resolution.",
+    )
+    print("\n".join(notes))
+
+
+# -- the helper processes ----------------------------------------------------------------------
+def _stop_event() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def _services(url: str, prefix: str) -> None:
+    from services.engine_service import settle_heap
+    from services.runtime import ServiceSet
+
+    redis = await connect(url)
+    services = ServiceSet(redis, Keys(prefix=prefix), ["random"], block_ms=100)
+    await services.start()
+    settle_heap()
+    stop = _stop_event()
+    print("ready", flush=True)
+    await stop.wait()
+    await services.stop()
+    await redis.aclose()
+
+
+async def _gateway(url: str, prefix: str, port: int) -> None:
+    from services.engine_service import settle_heap
+    from services.gateway import GatewaySettings
+    from services.gateway.serve import serving
+
+    raise_open_files()
+    settings = GatewaySettings(
+        redis_url=url,
+        keys=Keys(prefix=prefix),
+        name="bench-gateway",
+        rate_per_s=1e9,
+        burst=1_000_000_000,
+    )
+    stop = _stop_event()
+    async with serving(settings, "127.0.0.1", port) as site:
+        settle_heap()
+        print(f"ready {site}", flush=True)
+        await stop.wait()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The helper processes: `python -m bench.gateway _services|_gateway URL PREFIX [PORT]`.
+
+    People run the benchmark as `agon bench gateway` (bench/benchmarks.py).
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+    if len(args) == 3 and args[0] == "_services":
+        asyncio.run(_services(args[1], args[2]))
+    elif len(args) == 4 and args[0] == "_gateway":
+        asyncio.run(_gateway(args[1], args[2], int(args[3])))
+    else:
+        print("run the benchmark with `agon bench gateway`", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+"""An example bot: a move that wins at once if there is one, else a random legal move.
+
+Run it against a gateway (`--register` prints the new bot's key, once):
+
+    agon-bot --url http://localhost:8080 --register my-bot bots.sdk.example:choose
+    agon-bot --url http://localhost:8080 --key KEY bots.sdk.example:choose
+"""
+
+from __future__ import annotations
+
+import random
+
+from engine import Move, State
+
+
+def choose(state: State, seconds_left: float | None) -> Move:
+    """An immediate win when one exists; otherwise random, seeded by the position."""
+    moves = state.legal_moves()
+    for move in moves:
+        after = state.clone()
+        after.apply(move)
+        outcome = after.outcome()
+        if outcome is not None and outcome.winner == state.current_player:
+            return move
+    return random.Random(f"{state.ply}:{state.board_string()}").choice(moves)

@@ -1,0 +1,92 @@
+"""The gateway's application: `init_app(settings)` and its shared parts.
+
+The shared parts live under typed app keys (`services.gateway.appkeys`) and are made and
+closed by one cleanup context: the Redis connection (unless the caller lends one), a
+command client with this gateway's own reply stream, the query client, the folds of
+recently read games, the live hub following every feed, and the metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from aiohttp import web
+
+from services.bus.clients import CommandClient, QueryClient
+from services.bus.connection import connect
+from services.bus.feeds import FeedTail
+from services.bus.secret import shared_secret
+from services.gateway import appkeys, routes
+from services.gateway.http import errors, rate_limit
+from services.gateway.limits import RateLimiter
+from services.gateway.live import Hub
+from services.gateway.metrics import Metrics
+from services.gateway.settings import REDIS_CONNECTIONS, GatewaySettings
+from services.gateway.views import GameStates
+
+log = logging.getLogger("agon.gateway")
+
+
+# -- the application -------------------------------------------------------------------
+def init_app(settings: GatewaySettings, *, redis: Any = None) -> web.Application:
+    """The gateway; `redis` lends a connection (closed by its owner), else one is opened."""
+    app = web.Application(middlewares=[errors, rate_limit], client_max_size=settings.max_body_bytes)
+    app[appkeys.SETTINGS] = settings
+    app[appkeys.NAME] = settings.name or f"gateway-{uuid.uuid4().hex[:8]}"
+    app[appkeys.LIMITER] = RateLimiter(settings.rate_per_s, settings.burst)
+    app[appkeys.METRICS] = Metrics()
+    app[appkeys.SOCKETS] = appkeys.OpenSockets()
+    app.cleanup_ctx.append(_parts(redis))
+    routes.add_routes(app)
+    return app
+
+
+def _parts(
+    lent: Any,
+) -> Callable[[web.Application], contextlib.AbstractAsyncContextManager[None]]:
+    @contextlib.asynccontextmanager
+    async def parts(app: web.Application) -> AsyncIterator[None]:
+        settings = app[appkeys.SETTINGS]
+        keys = settings.keys
+        redis = (
+            lent
+            if lent is not None
+            else await connect(settings.redis_url, max_connections=REDIS_CONNECTIONS)
+        )
+        app[appkeys.REDIS] = redis
+        app[appkeys.SECRET] = await shared_secret(redis, keys)
+        commands = CommandClient(
+            redis, keys, name=app[appkeys.NAME], timeout_s=settings.command_timeout_s
+        )
+        commands.start()
+        app[appkeys.COMMANDS] = commands
+        query = QueryClient(redis, keys)
+        app[appkeys.QUERY] = query
+        app[appkeys.STATES] = GameStates(query)
+        hub = Hub(FeedTail(redis, keys))
+        app[appkeys.HUB] = hub
+        stop = asyncio.Event()
+        await hub.tail.start_here()
+        following = asyncio.create_task(hub.run(stop))
+        log.info("gateway %s ready", app[appkeys.NAME])
+        try:
+            yield
+        finally:
+            stop.set()
+            sockets = app[appkeys.SOCKETS]
+            for ws in list(sockets):
+                with contextlib.suppress(Exception):
+                    await ws.close(code=1001, message=b"gateway stopping")
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await following
+            await commands.close()
+            if lent is None:
+                await redis.aclose()
+
+    return parts

@@ -1,0 +1,34 @@
+"""The gateway's typed application keys, in one place."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from services.bus.clients import CommandClient, QueryClient
+
+if TYPE_CHECKING:
+    from services.gateway.limits import RateLimiter
+    from services.gateway.live import Hub
+    from services.gateway.metrics import Metrics
+    from services.gateway.settings import GatewaySettings
+    from services.gateway.views import GameStates
+
+SETTINGS: web.AppKey[GatewaySettings] = web.AppKey("settings")
+NAME: web.AppKey[str] = web.AppKey("name", str)
+REDIS: web.AppKey[Any] = web.AppKey("redis")
+SECRET: web.AppKey[bytes] = web.AppKey("secret", bytes)
+COMMANDS: web.AppKey[CommandClient] = web.AppKey("commands", CommandClient)
+QUERY: web.AppKey[QueryClient] = web.AppKey("query", QueryClient)
+STATES: web.AppKey[GameStates] = web.AppKey("states")
+HUB: web.AppKey[Hub] = web.AppKey("hub")
+METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
+LIMITER: web.AppKey[RateLimiter] = web.AppKey("limiter")
+
+
+class OpenSockets(set[web.WebSocketResponse]):
+    """The open WebSockets, closed when the gateway stops."""
+
+
+SOCKETS: web.AppKey[OpenSockets] = web.AppKey("sockets", OpenSockets)

@@ -1,0 +1,286 @@
+"""The game routes: create, list, view (at any ply), move, resign, the log, export, import.
+
+Each turns a request into a command for the engine (through the command client) or a
+read (views, logs); the engine alone decides legality, seats and tokens. A human's move
+names no seat: the gateway finds the seat whose recorded token hash the token matches,
+and otherwise lets the engine refuse it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from bots.base import bot_names
+from schemas.api import BotSeatSpec, GameCreatedBody, MoveBody, NewGame, ResignBody
+from schemas.base import new_command_id, new_game_id
+from schemas.codec import unpack
+from schemas.commands import CreateGame, PlayMove, Resign, SeatPlayer, SeatSpec
+from schemas.replies import Accepted, Reply
+from schemas.tokens import token_hash
+from services import export
+from services.bus.clients import STATUSES
+from services.gateway import appkeys
+from services.gateway.http import (
+    NDJSON,
+    ApiError,
+    int_param,
+    read_body,
+    refused,
+    respond,
+    submit,
+)
+from services.gateway.live import LiveEvent, follow
+from services.gateway.views import api_view
+from services.projector.fold import GameFold
+
+MAX_PAGE = 200
+
+
+async def create_game(request: web.Request) -> web.Response:
+    app = request.app
+    body = await read_body(request, NewGame)
+    seats: list[SeatSpec] = []
+    for spec in body.seats:
+        if isinstance(spec, BotSeatSpec):
+            await check_bot(app, spec.bot)
+            seats.append(SeatSpec(kind="bot", name=spec.bot))
+        else:
+            seats.append(SeatSpec(kind="human", name=spec.human.name))
+    game_id = new_game_id()
+    create = CreateGame(
+        command_id=new_command_id(),
+        game_id=game_id,
+        game=body.game,
+        options=body.options,
+        seats=seats,
+        move_time_ms=round(body.move_time * 1000) if body.move_time else 0,
+        seed=body.seed,
+    )
+    reply = await submit(app, create)
+    if (error := refused(reply)) is not None:
+        if error.code == "unknown_game":
+            error.status = 422  # a game nobody knows how to play, not a missing game id
+        raise error
+    tokens: list[str | None] = []
+    for seat, seat_spec in enumerate(seats, start=1):
+        if seat_spec.kind == "bot":
+            tokens.append(None)
+            continue
+        name = seat_spec.name or f"player {seat}"
+        seated = await submit(
+            app, SeatPlayer(command_id=new_command_id(), game_id=game_id, seat=seat, name=name)
+        )
+        if (error := refused(seated)) is not None:
+            raise error
+        assert isinstance(seated, Accepted)
+        tokens.append(seated.token)
+    created = GameCreatedBody(id=game_id, tokens=tokens)
+    return respond(request, created.model_dump(), 201, Location=f"/api/games/{game_id}")
+
+
+async def check_bot(app: web.Application, name: str) -> None:
+    """Refuse a seat for a bot nobody could serve: neither built in nor registered."""
+    if name in bot_names():
+        return
+    keys = app[appkeys.SETTINGS].keys
+    if not await app[appkeys.REDIS].hexists(keys.registered_bots(), name):
+        known = ", ".join(bot_names())
+        raise ApiError("unknown_bot", f"no bot {name!r}: built in are {known}, or register it")
+
+
+async def list_games(request: web.Request) -> web.Response:
+    for name, longest in (("game", 64), ("player", 64), ("cursor", 200)):
+        if len(request.query.get(name, "")) > longest:
+            raise ApiError("bad_request", f"{name} is longer than {longest} characters")
+    status = request.query.get("status") or None
+    if status is not None and status not in STATUSES:
+        raise ApiError("bad_request", f"status must be one of {', '.join(STATUSES)}")
+    try:
+        page = await request.app[appkeys.QUERY].games(
+            status=status,
+            game=request.query.get("game") or None,
+            player=request.query.get("player") or None,
+            limit=int_param(request, "limit", 50, 1, MAX_PAGE),
+            cursor=request.query.get("cursor") or None,
+        )
+    except ValueError as exc:
+        raise ApiError("bad_request", str(exc)) from None
+    games = [summary(v) for v in page.games]
+    return respond(request, {"games": games, "cursor": page.cursor})
+
+
+def summary(view: dict[str, Any]) -> dict[str, Any]:
+    """A game in the list: the projector's view without the position's details."""
+    result = view.get("result")
+    return {
+        "id": view["game_id"],
+        "game": view["game"],
+        "options": view["options"],
+        "status": view["status"],
+        "seq": view["seq"],
+        "ply": view["ply"],
+        "to_move": view["to_move"] or None,
+        "seats": view["seats"],
+        "scores": view["scores"],
+        "result": None
+        if not result
+        else {"winner": result["winner"] or None, "reason": result["reason"]},
+        "created": view["created"],
+        "updated": view["updated"],
+    }
+
+
+async def game_or_404(request: web.Request, *, fresh: bool = True) -> GameFold:
+    """The game of the route, at its log's head (or, not `fresh`, as last folded)."""
+    game_id = request.match_info["id"]
+    states = request.app[appkeys.STATES]
+    game = await (states.current(game_id) if fresh else states.known(game_id))
+    if game is None:
+        raise ApiError("unknown_game", f"no game {game_id}")
+    return game
+
+
+async def get_game(request: web.Request) -> web.Response:
+    if "ply" in request.query:
+        ply = int_param(request, "ply", 0, 0, 1_000_000)
+        game = await request.app[appkeys.STATES].at_ply(request.match_info["id"], ply)
+        if game is None:
+            raise ApiError("unknown_game", f"no game {request.match_info['id']}")
+    else:
+        game = await game_or_404(request)
+    return respond(request, api_view(game))
+
+
+def seat_of_token(game: GameFold, token: str) -> int:
+    """The seat whose recorded token hash `token` matches; else 0 (no seat: the engine
+    refuses it with `bad_token`)."""
+    hashed = token_hash(token)
+    for seat, recorded in game.token_hashes.items():
+        if recorded == hashed:
+            return seat
+    return 0
+
+
+async def play(request: web.Request) -> web.Response:
+    body = await read_body(request, MoveBody)
+    game = await game_or_404(request, fresh=False)  # for its seats: the engine checks the rest
+    return await _answer(request, game, body.command_id, body.token, move=body.move, seq=body.seq)
+
+
+async def resign(request: web.Request) -> web.Response:
+    body = await read_body(request, ResignBody)
+    game = await game_or_404(request, fresh=False)
+    return await _answer(request, game, body.command_id, body.token)
+
+
+async def _answer(
+    request: web.Request,
+    game: GameFold,
+    command_id: str | None,
+    token: str,
+    *,
+    move: str | None = None,
+    seq: int = 0,
+) -> web.Response:
+    reply = await human_command(request.app, game, command_id, token, move, seq)
+    if (error := refused(reply)) is not None:
+        raise error
+    return respond(request, {"seq": reply.seq})
+
+
+async def human_command(
+    app: web.Application,
+    game: GameFold,
+    command_id: str | None,
+    token: str,
+    move: str | None,
+    seq: int,
+) -> Reply:
+    """A person's move (or, with no move, resignation), sent and answered."""
+    seat = seat_of_token(game, token)
+    if not seat:  # seated since this gateway last folded the game?
+        game = await app[appkeys.STATES].current(game.game_id) or game
+        seat = seat_of_token(game, token) or 1  # the engine refuses a token of no seat
+    cid = command_id or new_command_id()
+    if move is None:
+        command: Any = Resign(command_id=cid, game_id=game.game_id, seat=seat, token=token)
+    else:
+        command = PlayMove(
+            command_id=cid, game_id=game.game_id, seat=seat, token=token, move=move,
+            expected_seq=seq,
+        )  # fmt: skip
+    return await submit(app, command)
+
+
+# -- the log -----------------------------------------------------------------------------
+async def events(request: web.Request) -> web.StreamResponse:
+    """The log from `since` + 1 as a JSON array, or as NDJSON that follows the game live
+    until it ends (`Accept: application/x-ndjson`)."""
+    game = await game_or_404(request)
+    since = int_param(request, "since", 0, 0, 1 << 40)
+    if NDJSON in request.headers.get("Accept", "") and game.status == "ended" and since >= game.seq:
+        return web.Response(body=b"", content_type=NDJSON)  # nothing more will come
+    if NDJSON not in request.headers.get("Accept", ""):
+        entries = await request.app[appkeys.QUERY].log(game.game_id, since + 1)
+        return respond(request, [unpack(e.data) for e in entries])
+    return await follow_log(request, game.game_id, since)
+
+
+async def follow_log(request: web.Request, game_id: str, since: int) -> web.StreamResponse:
+    app = request.app
+    hub = app[appkeys.HUB]
+    response = web.StreamResponse(headers={"Content-Type": NDJSON, "Cache-Control": "no-store"})
+    await response.prepare(request)
+    listener = hub.listen(game_id)  # before reading the log: nothing falls in between
+    gauge = app[appkeys.METRICS].streams.labels(kind="events")
+    gauge.inc()
+
+    async def send(event: LiveEvent) -> None:
+        await response.write(event.ndjson_line)
+
+    async def keep_alive() -> None:
+        await response.write(b"\n")
+
+    try:
+        await follow(
+            listener, app[appkeys.QUERY], since, send,
+            keepalive_s=app[appkeys.SETTINGS].keepalive_s, on_quiet=keep_alive, until_ended=True,
+        )  # fmt: skip
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    finally:
+        hub.unlisten(listener)
+        gauge.dec()
+    return response
+
+
+async def export_game(request: web.Request) -> web.Response:
+    game_id = request.match_info["id"]
+    fmt = request.query.get("format", "jsonl")
+    entries = await request.app[appkeys.QUERY].log(game_id)
+    if not entries:
+        raise ApiError("unknown_game", f"no game {game_id}")
+    if fmt == "jsonl":
+        text, kind, suffix = export.export_jsonl(entries), "application/jsonl", "jsonl"
+    elif fmt == "text":
+        text, kind, suffix = export.export_text(entries), "text/plain", "txt"
+    else:
+        raise ApiError("bad_request", f"format must be jsonl or text, not {fmt!r}")
+    disposition = f'attachment; filename="agon-{game_id}.{suffix}"'
+    return web.Response(text=text, content_type=kind, headers={"Content-Disposition": disposition})
+
+
+async def import_game(request: web.Request) -> web.Response:
+    text = (await request.read()).decode("utf-8", errors="replace")
+    try:
+        command = export.import_command(text, new_game_id(), new_command_id())
+    except ValueError as exc:
+        raise ApiError("invalid_import", str(exc)) from None
+    reply = await submit(request.app, command)
+    if (error := refused(reply)) is not None:
+        raise error
+    body = {"id": command.game_id, "seq": reply.seq}
+    return respond(request, body, 201, Location=f"/api/games/{command.game_id}")

@@ -1,0 +1,225 @@
+"""What every route shares: bodies in and out, the error shape, commands, rate limits.
+
+Every error a client sees is JSON `{"code", "message"}` (plus the game's `seq` when a
+command was refused), one line, with the status the code maps to (`STATUS_OF`); the
+gateway never answers a bad request with a traceback. Requests are limited in size, and
+per key (a bearer key, or a seat token) and per address in rate (429 with Retry-After).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import msgpack
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from schemas.replies import Rejected, Reply
+from services.bus.connection import TRANSIENT_ERRORS
+from services.gateway import appkeys
+
+log = logging.getLogger("agon.gateway")
+
+B = TypeVar("B", bound=BaseModel)
+
+JSON = "application/json"
+MSGPACK = "application/msgpack"
+NDJSON = "application/x-ndjson"
+
+#: HTTP status of each refusal code (the engine's and the gateway's own).
+STATUS_OF: dict[str, int] = {
+    "invalid_move": 422,
+    "illegal_move": 422,
+    "invalid_import": 422,
+    "invalid_request": 422,
+    "unknown_bot": 422,
+    "not_your_turn": 409,
+    "stale_seq": 409,
+    "too_late": 409,
+    "game_over": 409,
+    "name_taken": 409,
+    "bad_token": 403,
+    "not_your_game": 403,
+    "forbidden_origin": 403,
+    "bad_key": 401,
+    "unknown_game": 404,
+    "not_found": 404,
+    "malformed": 400,
+    "bad_request": 400,
+    "too_large": 413,
+    "rate_limited": 429,
+    "timeout": 504,
+    "unavailable": 503,
+}
+
+
+class ApiError(Exception):
+    """A refusal the client sees as `{"code", "message"[, "seq"]}`."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        seq: int | None = None,
+        headers: dict[str, str] | None = None,
+        status: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.seq = seq
+        self.headers = headers or {}
+        self.status = status or STATUS_OF.get(code, 400)
+
+    def body(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.seq is not None:
+            out["seq"] = self.seq
+        return out
+
+
+def refused(reply: Reply) -> ApiError | None:
+    """The refusal a reply means, if it is one."""
+    if isinstance(reply, Rejected):
+        return ApiError(reply.code, reply.message, reply.seq)
+    return None
+
+
+# -- bodies in, bodies out -------------------------------------------------------------
+def respond(request: web.Request, body: Any, status: int = 200, **headers: str) -> web.Response:
+    """JSON, or msgpack when the client asks for it with `Accept`."""
+    if MSGPACK in request.headers.get("Accept", ""):
+        return web.Response(
+            body=msgpack.packb(body), status=status, content_type=MSGPACK, headers=headers
+        )
+    return web.json_response(body, status=status, headers=headers, dumps=_dumps)
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
+async def read_body(request: web.Request, model: type[B]) -> B:
+    """The request body as `model` (JSON, or msgpack by Content-Type); 4xx when it is not."""
+    raw = await request.read()
+    try:
+        data = (
+            msgpack.unpackb(raw, raw=False)
+            if request.content_type == MSGPACK
+            else json.loads(raw or b"null")
+        )
+    except Exception:
+        what = "msgpack" if request.content_type == MSGPACK else "JSON"
+        raise ApiError("bad_request", f"the body is not {what}") from None
+    return validate(model, data)
+
+
+def validate(model: type[B], data: Any) -> B:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ApiError("invalid_request", summary(exc)) from None
+
+
+def summary(exc: ValidationError) -> str:
+    """A validation error in one line: each problem's place and message."""
+    parts = [
+        f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()[:3]
+    ]
+    more = exc.error_count() - 3
+    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
+
+
+def int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
+    text = request.query.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ApiError("bad_request", f"{name} must be a whole number, not {text!r}") from None
+    if not lo <= value <= hi:
+        raise ApiError("bad_request", f"{name} must be between {lo} and {hi}, not {value}")
+    return value
+
+
+async def submit(app: web.Application, command: Any) -> Reply:
+    """Send a command through this gateway's command client and return the engine's reply;
+    the command's latency and result go to the metrics."""
+    started = time.perf_counter()
+    try:
+        reply = await app[appkeys.COMMANDS].submit(command)
+    except TimeoutError:
+        app[appkeys.METRICS].commands.labels(code="timeout").inc()
+        raise ApiError("timeout", "the engine did not answer in time; send it again") from None
+    except TRANSIENT_ERRORS:
+        raise ApiError("unavailable", "Redis is unavailable; try again shortly") from None
+    metrics = app[appkeys.METRICS]
+    metrics.latency.observe(time.perf_counter() - started)
+    metrics.commands.labels(code=getattr(reply, "code", "accepted")).inc()
+    return reply
+
+
+# -- rate limits -----------------------------------------------------------------------
+def client_keys(request: web.Request) -> list[str]:
+    """Whom a request counts against: its address, and its bearer key if it has one."""
+    keys = [f"addr:{request.remote}"]
+    auth = request.headers.get("Authorization", "")
+    if auth.startswith("Bearer "):
+        keys.append("key:" + auth[7:].strip()[:16])
+    return keys
+
+
+# -- middlewares -----------------------------------------------------------------------
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every refusal as JSON with a code; a bug as a 500 with its id in the log."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return respond(request, exc.body(), exc.status, **exc.headers)
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.app[appkeys.SETTINGS].max_body_bytes
+        body = {"code": "too_large", "message": f"the body exceeds {limit} bytes"}
+        return respond(request, body, 413)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status, "bad_request")
+        kept = {k: v for k, v in exc.headers.items() if k == "Allow"}
+        return respond(request, {"code": code, "message": exc.reason}, exc.status, **kept)
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except TRANSIENT_ERRORS:
+        body = {"code": "unavailable", "message": "Redis is unavailable; try again shortly"}
+        return respond(request, body, 503)
+    except Exception:
+        incident = uuid.uuid4().hex[:8]
+        log.exception("gateway: %s %s failed (incident %s)", request.method, request.path, incident)
+        body = {"code": "internal", "message": f"internal error (incident {incident})"}
+        return respond(request, body, 500)
+
+
+@web.middleware
+async def rate_limit(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.path.startswith(("/api/", "/ws/")):
+        limiter = request.app[appkeys.LIMITER]
+        wait = max(limiter.wait_s(key) for key in client_keys(request))
+        if wait > 0:
+            request.app[appkeys.METRICS].commands.labels(code="rate_limited").inc()
+            raise ApiError(
+                "rate_limited",
+                f"too many requests; retry in {wait:.1f} s",
+                headers={"Retry-After": str(max(1, math.ceil(wait)))},
+            )
+    return await handler(request)

@@ -1,0 +1,70 @@
+"""`/metrics`: the gateway's own counters, and the pipeline's lag read from Redis on scrape.
+
+Counters and histograms live in a registry per application (never the process-global
+one, so two gateways in one process, as in tests, do not collide). Consumer lag and
+pending entries per group, and live games, are read from Redis when Prometheus scrapes:
+they are the pipeline's state, not this process's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from services.bus.connection import Client
+from services.bus.consumer import as_text
+from services.bus.keys import Keys
+
+LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.latency = Histogram(
+            "agon_command_seconds",
+            "Command sent to the engine's reply (the events are appended by then)",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.commands = Counter("agon_commands", "Commands by result code", ["code"], registry=r)
+        self.sockets = Gauge("agon_open_sockets", "Open WebSockets", ["kind"], registry=r)
+        self.streams = Gauge("agon_open_streams", "Open NDJSON streams", ["kind"], registry=r)
+        self.lag = Gauge(
+            "agon_consumer_lag", "Entries not yet delivered to a group", ["group"], registry=r
+        )
+        self.pending = Gauge(
+            "agon_consumer_pending", "Entries delivered, not yet acknowledged", ["group"],
+            registry=r,
+        )  # fmt: skip
+        self.live_games = Gauge("agon_live_games", "Games being played", registry=r)
+
+    async def refresh(self, redis: Client, keys: Keys) -> None:
+        """Read lag, pending entries and live games from Redis (one pipeline)."""
+        pipe = redis.pipeline(transaction=False)
+        streams = [keys.commands(p) for p in keys.all_partitions()]
+        streams += [keys.feed(p) for p in keys.all_partitions()]
+        for stream in streams:
+            pipe.xinfo_groups(stream)
+        for p in keys.all_partitions():
+            pipe.zcard(keys.index_status(p, "playing"))
+        answers: list[Any] = await pipe.execute(raise_on_error=False)
+        lag: dict[str, int] = {}
+        pending: dict[str, int] = {}
+        for groups in answers[: len(streams)]:
+            if isinstance(groups, Exception):
+                continue  # no such stream yet
+            for g in groups:
+                name = as_text(g["name"])
+                lag[name] = lag.get(name, 0) + int(g.get("lag") or 0)
+                pending[name] = pending.get(name, 0) + int(g["pending"])
+        for name, value in lag.items():
+            self.lag.labels(group=name).set(value)
+        for name, value in pending.items():
+            self.pending.labels(group=name).set(value)
+        self.live_games.set(sum(int(n) for n in answers[len(streams) :] if isinstance(n, int)))
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)

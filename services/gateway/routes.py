@@ -1,0 +1,239 @@
+"""Every route of the gateway, in one table that both registers them and documents them.
+
+`ROUTES` is the single list: `add_routes` registers each, and `openapi()` builds the
+OpenAPI 3.1 document from the same entries and the pydantic models they name, so the
+document cannot drift from what the app serves (a test checks both ways).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from schemas.api import (
+    BotKeyBody,
+    BotMoveBody,
+    ErrorBody,
+    GameCreatedBody,
+    GamePageBody,
+    HealthBody,
+    MoveBody,
+    NewBot,
+    NewGame,
+    ResignBody,
+    SeqBody,
+)
+from services.gateway import appkeys, bots, games, sockets
+from services.gateway.http import respond
+
+Handler = Any
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    where: str  # "query" or "path"
+    schema: dict[str, Any]
+    description: str = ""
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    body: type[BaseModel] | None = None
+    #: status -> (model, or a media type for a body that is no model, description)
+    answers: dict[int, tuple[type[BaseModel] | str | None, str]] = field(default_factory=dict)
+    params: tuple[Param, ...] = ()
+    tag: str = "games"
+    bearer: bool = False
+
+
+GAME_ID = Param("id", "path", {"type": "string", "pattern": r"^[A-Za-z0-9_.-]{1,64}$"}, "", True)
+SINCE = Param("since", "query", {"type": "integer", "minimum": 0}, "the last seq already seen")
+REFUSED = (ErrorBody, "refused: the code says why")
+
+
+async def health(request: web.Request) -> web.Response:
+    try:
+        await request.app[appkeys.REDIS].ping()
+        up = True
+    except Exception:
+        up = False
+    body = HealthBody(
+        status="ok" if up else "degraded", redis=up, gateway=request.app[appkeys.NAME]
+    )
+    return respond(request, body.model_dump(), 200 if up else 503)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    app = request.app
+    data = app[appkeys.METRICS]
+    await data.refresh(app[appkeys.REDIS], app[appkeys.SETTINGS].keys)
+    return web.Response(body=data.text(), content_type="text/plain", charset="utf-8")
+
+
+async def openapi_document(request: web.Request) -> web.Response:
+    return web.json_response(openapi())
+
+
+ROUTES: tuple[Route, ...] = (
+    Route(
+        "POST", "/api/games", games.create_game, "Create a game; a token per human seat",
+        body=NewGame, answers={201: (GameCreatedBody, "created"), 422: REFUSED},
+    ),
+    Route(
+        "GET", "/api/games", games.list_games, "Games, newest first, filtered and paged",
+        answers={200: (GamePageBody, "a page of games"), 400: REFUSED},
+        params=(
+            Param("status", "query", {"type": "string", "enum": ["waiting", "playing", "ended"]}),
+            Param("game", "query", {"type": "string", "maxLength": 64}),
+            Param("player", "query", {"type": "string", "maxLength": 64}),
+            Param("limit", "query", {"type": "integer", "minimum": 1, "maximum": games.MAX_PAGE}),
+            Param("cursor", "query", {"type": "string", "maxLength": 200}),
+        ),
+    ),
+    Route(
+        "GET", "/api/games/{id}", games.get_game, "A game's view (at ply N with ?ply=N)",
+        answers={200: ("application/json", "the view"), 404: REFUSED},
+        params=(GAME_ID, Param("ply", "query", {"type": "integer", "minimum": 0})),
+    ),
+    Route(
+        "POST", "/api/games/{id}/moves", games.play, "Play a move with a seat's token",
+        body=MoveBody, params=(GAME_ID,),
+        answers={200: (SeqBody, "accepted"), 403: REFUSED, 409: REFUSED, 422: REFUSED},
+    ),
+    Route(
+        "POST", "/api/games/{id}/resign", games.resign, "Resign with a seat's token",
+        body=ResignBody, params=(GAME_ID,),
+        answers={200: (SeqBody, "accepted"), 403: REFUSED, 409: REFUSED},
+    ),
+    Route(
+        "GET", "/api/games/{id}/events", games.events,
+        "The log after `since` (JSON array), or live NDJSON until the game ends",
+        params=(GAME_ID, SINCE), answers={200: ("application/json", "events"), 404: REFUSED},
+    ),
+    Route(
+        "GET", "/api/games/{id}/export", games.export_game,
+        "The log as stored (jsonl), or a readable game record (text)",
+        params=(GAME_ID, Param("format", "query", {"type": "string", "enum": ["jsonl", "text"]})),
+        answers={200: ("text/plain", "the export"), 404: REFUSED},
+    ),
+    Route(
+        "POST", "/api/games/import", games.import_game,
+        "Import an exported JSONL log: verified, replayed, stored as a new finished game",
+        answers={201: ("application/json", "imported"), 422: REFUSED},
+    ),
+    Route(
+        "POST", "/api/bots", bots.register, "Register an outside bot; its key is shown once",
+        body=NewBot, tag="bots", answers={201: (BotKeyBody, "registered"), 409: REFUSED},
+    ),
+    Route(
+        "GET", "/api/bot/stream", bots.bot_stream,
+        "NDJSON turn requests and results for the bot whose key is sent",
+        tag="bots", bearer=True, answers={200: (None, "NDJSON stream"), 401: REFUSED},
+    ),
+    Route(
+        "POST", "/api/bot/games/{id}/moves", bots.bot_move, "Answer a turn",
+        body=BotMoveBody, params=(GAME_ID,), tag="bots", bearer=True,
+        answers={200: (SeqBody, "accepted"), 401: REFUSED, 409: REFUSED, 422: REFUSED},
+    ),
+    Route(
+        "GET", "/ws/games/{id}", sockets.game_socket, "WebSocket: live events, and play",
+        params=(GAME_ID, SINCE), tag="sockets", answers={101: (None, "switching protocols")},
+    ),
+    Route(
+        "GET", "/ws/bot", bots.bot_socket, "WebSocket: a bot's turns, and its moves",
+        tag="sockets", bearer=True, answers={101: (None, "switching protocols")},
+    ),
+    Route(
+        "GET", "/health", health, "Whether the gateway reaches Redis", tag="operations",
+        answers={200: (HealthBody, "up"), 503: (HealthBody, "Redis unreachable")},
+    ),
+    Route(
+        "GET", "/metrics", metrics, "Prometheus metrics", tag="operations",
+        answers={200: ("text/plain", "metrics")},
+    ),
+    Route(
+        "GET", "/openapi.json", openapi_document, "This document", tag="operations",
+        answers={200: ("application/json", "OpenAPI 3.1")},
+    ),
+)  # fmt: skip
+
+
+#: A game id in a route: the schema's id alphabet, and never "import" (a route of its own).
+ID_ROUTE = "{id:(?!import$)[A-Za-z0-9_.-]{1,64}}"
+
+
+def add_routes(app: web.Application) -> None:
+    for route in ROUTES:
+        app.router.add_route(route.method, route.path.replace("{id}", ID_ROUTE), route.handler)
+
+
+def openapi() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of `ROUTES`."""
+    models = {m for r in ROUTES for m in _models(r)}
+    _, defs = models_json_schema(
+        [(m, "validation") for m in sorted(models, key=lambda m: m.__name__)],
+        ref_template="#/components/schemas/{model}",
+    )
+    paths: dict[str, dict[str, Any]] = {}
+    for route in ROUTES:
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Agon gateway", "version": "1"},
+        "paths": paths,
+        "components": {
+            "schemas": defs.get("$defs", {}),
+            "securitySchemes": {"botKey": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def _models(route: Route) -> list[type[BaseModel]]:
+    found = [m for m, _ in route.answers.values() if isinstance(m, type)]
+    return found + ([route.body] if route.body else [])
+
+
+def _ref(model: type[BaseModel]) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+
+def _operation(route: Route) -> dict[str, Any]:
+    op: dict[str, Any] = {
+        "summary": route.summary,
+        "operationId": f"{route.method.lower()}_{route.handler.__name__}",
+        "tags": [route.tag],
+        "responses": {},
+    }
+    if route.params:
+        op["parameters"] = [
+            {"name": p.name, "in": p.where, "required": p.required or p.where == "path",
+             "schema": p.schema, **({"description": p.description} if p.description else {})}
+            for p in route.params
+        ]  # fmt: skip
+    if route.body is not None:
+        op["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": _ref(route.body)}},
+        }
+    answers: dict[Any, Any] = dict(route.answers)
+    answers["default"] = REFUSED  # any route may refuse: 400, 413, 429, 503...
+    for status, (model, description) in answers.items():
+        answer: dict[str, Any] = {"description": description}
+        if isinstance(model, type):
+            answer["content"] = {"application/json": {"schema": _ref(model)}}
+        elif isinstance(model, str):
+            answer["content"] = {model: {"schema": {}}}
+        op["responses"][str(status)] = answer
+    if route.bearer:
+        op["security"] = [{"botKey": []}]
+    return op

@@ -1,0 +1,166 @@
+"""What the API shows of a game: the projector's view, plus the board cell by cell.
+
+The gateway folds a game's log itself (`GameStates`, an LRU of folds advanced from the
+log's tail on each read), so a view read right after a move was accepted already shows
+that move: the projector's read models serve the game list, where lag is harmless. A
+view at an earlier ply (`?ply=N`, replay) is a fresh fold of the log up to that ply.
+
+The board is listed cell by cell from the engine's geometry: each cell's label and
+contents (the colour of its piece; Overflow's stack height and the house it belongs to),
+and per game what Ludii shows beside the board: Teeko's hands, and for Supply Chains and
+Supplier Sabotage every chain with its cells, surplus and warehouses, the deficit
+warehouses, and the number printed on each piece.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas.codec import unpack_event
+from services.bus.cache import LRU
+from services.bus.clients import LogEntry, QueryClient
+from services.projector.fold import GameFold
+
+#: Overflow's houses: the odd-phase squares are seat colour 1's, the others colour 2's.
+OVERFLOW = "overflow"
+TEEKO = "teeko"
+
+
+class GameStates:
+    """Folds of recently read games, each at its log's head when returned."""
+
+    def __init__(self, query: QueryClient, size: int = 2_000) -> None:
+        self.query = query
+        self._folds: LRU[str, GameFold] = LRU(size)
+
+    async def current(self, game_id: str) -> GameFold | None:
+        """The game folded up to its log's head, or None if it has no log."""
+        cached = self._folds.get(game_id)
+        entries = await self.query.log(game_id, cached.seq + 1 if cached else 1)
+        if cached is None:
+            if not entries:
+                return None
+            cached = self._folds.get(game_id)  # another request may have folded it meanwhile
+            if cached is None:
+                folded = start(entries)
+                self._folds.put(game_id, folded)
+                return folded
+        # Another request may have advanced it while this one read: fold only what is new.
+        cached.extend(unpack_event(e.data) for e in entries if e.seq > cached.seq)
+        return cached
+
+    async def known(self, game_id: str) -> GameFold | None:
+        """The game as last folded, without asking Redis for news: for what does not change
+        once a game is under way (its seats, their token hashes)."""
+        return self._folds.get(game_id) or await self.current(game_id)
+
+    async def at_ply(self, game_id: str, ply: int) -> GameFold | None:
+        """The game as it stood after `ply` moves (the whole game if it had fewer)."""
+        entries = await self.query.log(game_id)
+        if not entries:
+            return None
+        events = [unpack_event(e.data) for e in entries]
+        moves = 0
+        for i, ev in enumerate(events):
+            if ev["type"] == "move_played":
+                if moves == ply:
+                    events = events[:i]
+                    break
+                moves += 1
+        folded = GameFold.start(events[0], keep_moves=True)
+        folded.extend(events[1:])
+        return folded
+
+    def forget(self, game_id: str) -> None:
+        self._folds.pop(game_id)
+
+
+def start(entries: list[LogEntry]) -> GameFold:
+    events = [unpack_event(e.data) for e in entries]
+    folded = GameFold.start(events[0], keep_moves=True)
+    folded.extend(events[1:])
+    return folded
+
+
+def api_view(game: GameFold) -> dict[str, Any]:
+    """The game as `GET /api/games/{id}` shows it."""
+    stored = game.view()
+    state = game.state
+    created = game.created
+    result = game.result
+    view: dict[str, Any] = {
+        "id": game.game_id,
+        "game": created["game"],
+        "options": stored["options"],
+        "status": game.status,
+        "seq": game.seq,
+        "ply": game.ply,
+        "to_move": game.to_move or None,
+        "legal_moves": [str(m) for m in state.legal_moves()]
+        if state is not None and game.status == "playing"
+        else [],
+        "seats": stored["seats"],
+        "scores": game.scores,
+        "last_move": game.last_move,
+        "moves": list(game.moves),
+        "result": None
+        if result is None
+        else {
+            "winner": result["winner"] or None,
+            "draw": not result["winner"],
+            "reason": result["reason"],
+            "detail": result["detail"],
+            "scores": result["scores"],
+        },
+        "move_time": created["move_time_ms"] / 1000 if created["move_time_ms"] else None,
+        "deadline": game.deadline or None,
+        "created": created["time"],
+        "updated": game.updated,
+        "board": board(game),
+    }
+    if stored.get("error"):
+        view["error"] = stored["error"]
+    return view
+
+
+def board(game: GameFold) -> dict[str, Any]:
+    """The board cell by cell, with what the game shows beside it."""
+    rules, state = game.game, game.state
+    if rules is None or state is None:
+        return {"name": "", "cells": []}
+    cells = rules.board.cells
+    text = state.board_string()
+    out: dict[str, Any] = {"name": rules.board.name}
+    if rules.name == OVERFLOW:
+        heights = [int(h) for h in text.split(",")]
+        out["cells"] = [
+            {"label": c.label, "height": h, "house": 1 if c.phase == 1 else 2}
+            for c, h in zip(cells, heights, strict=True)
+        ]
+        return out
+    out["cells"] = [
+        {"label": c.label, "piece": None if ch == "." else int(ch)}
+        for c, ch in zip(cells, text, strict=True)
+    ]
+    if rules.name == TEEKO:
+        markers = int(rules.options["markers"])
+        out["hands"] = [markers - text.count(str(colour)) for colour in (1, 2)]
+    display = state.display()
+    if display is not None:
+        shown = display.to_dict()
+        values = shown.get("surplus_values", {})
+        for cell in out["cells"]:
+            if cell["label"] in values:
+                cell["surplus"] = values[cell["label"]]
+        out["chains"] = [
+            {
+                "owner": c["owner"],
+                "cells": c["cells"],
+                "surplus": c["surplus"],
+                "warehouses": c["warehouses"],
+                "deficit": c["surplus"] < 0,
+            }
+            for c in shown["chains"]
+        ]
+        out["deficit_warehouses"] = shown["deficit_warehouses"]
+    return out

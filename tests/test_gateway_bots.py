@@ -1,0 +1,167 @@
+"""Outside bots through the gateway, and gateways side by side, over real HTTP and Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from bots.sdk.client import register_bot, run_bot
+from bots.sdk.example import choose
+from schemas.api import EndedMessage, decode_bot_server_message, decode_server_message
+from tests.gateway import Arena, new_game, play_out, until, view
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def register(client: TestClient, name: str) -> str:
+    resp = await client.post("/api/bots", json={"name": name})
+    assert resp.status == 201, await resp.text()
+    key: str = (await resp.json())["key"]
+    return key
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def test_registration_shows_the_key_once_and_keeps_only_its_hash(
+    arena: Arena, client: TestClient
+) -> None:
+    key = await register(client, "outside")
+    again = await client.post("/api/bots", json={"name": "outside"})
+    assert again.status == 409 and (await again.json())["code"] == "name_taken"
+    builtin = await client.post("/api/bots", json={"name": "random"})
+    assert builtin.status == 409
+    keys, redis = arena.keys, arena.redis
+    stored = repr(
+        [await redis.hgetall(keys.registered_bots()), await redis.hgetall(keys.bot_key_hashes())]
+    )
+    assert "outside" in stored and key not in stored
+    for bad in ({}, auth("agon_wrong")):
+        resp = await client.get("/api/bot/stream", headers=bad)
+        assert resp.status == 401 and (await resp.json())["code"] == "bad_key"
+
+
+async def test_a_bot_streams_its_turns_answers_them_and_hears_the_result(
+    client: TestClient,
+) -> None:
+    key = await register(client, "streamer")
+    created = await new_game(client, seats=[{"bot": "streamer"}, {"bot": "random"}])
+    gid = created["id"]
+    stream = await client.get("/api/bot/stream", headers=auth(key))
+    assert stream.headers["Content-Type"].startswith("application/x-ndjson")
+    answered = 0
+    ended: EndedMessage | None = None
+    while ended is None:
+        line = await asyncio.wait_for(stream.content.readline(), 10)
+        if line.strip() == b"":
+            continue  # keep-alive
+        message = decode_bot_server_message(line)
+        if message.type == "turn":
+            assert message.game_id == gid and message.seat == 1 and "token" not in line.decode()
+            v = await view(client, gid)
+            assert message.moves == v["moves"] and message.seq == v["seq"]
+            resp = await client.post(
+                f"/api/bot/games/{gid}/moves",
+                json={"move": v["legal_moves"][0], "seq": message.seq},
+                headers=auth(key),
+            )
+            assert resp.status == 200, await resp.text()
+            answered += 1
+        elif message.type == "ended":
+            ended = message
+    stream.close()
+    final = await view(client, gid)
+    assert ended.game_id == gid and final["status"] == "ended"
+    assert answered == sum(1 for s in range(final["ply"]) if s % 2 == 0)
+    assert ended.winner == (final["result"]["winner"] or 0)
+
+
+async def test_a_reconnecting_bot_is_sent_its_pending_turn_again(client: TestClient) -> None:
+    key = await register(client, "forgetful")
+    created = await new_game(client, seats=[{"bot": "forgetful"}, {"bot": "random"}])
+    first = await client.get("/api/bot/stream", headers=auth(key))
+    turn = decode_bot_server_message(await asyncio.wait_for(first.content.readline(), 10))
+    first.close()  # dropped before answering
+    second = await client.get("/api/bot/stream", headers=auth(key))
+    again = decode_bot_server_message(await asyncio.wait_for(second.content.readline(), 10))
+    assert (again.type, again.game_id, again.seq) == ("turn", created["id"], turn.seq)
+    second.close()
+
+
+async def test_a_bot_plays_over_its_websocket(client: TestClient) -> None:
+    key = await register(client, "socketeer")
+    created = await new_game(client, seats=[{"bot": "socketeer"}, {"bot": "random"}])
+    ws = await client.ws_connect("/ws/bot", headers=auth(key))
+    seen: dict[str, Any] = {}
+    async for msg in ws:
+        m = decode_bot_server_message(msg.data)
+        seen.setdefault(m.type, m)
+        if m.type == "turn":
+            v = await view(client, m.game_id)
+            move = {"type": "move", "game_id": m.game_id, "move": v["legal_moves"][0], "seq": m.seq}
+            await ws.send_str(json.dumps(move))
+        elif m.type == "reply":
+            assert m.ok, m
+        elif m.type == "ended":
+            break
+    await ws.close()
+    assert seen["ended"].game_id == created["id"] and seen["reply"].ok
+
+
+async def test_the_sdk_example_bot_plays_supply_chains_to_the_end(
+    arena: Arena, client: TestClient
+) -> None:
+    url = str(client.make_url("")).rstrip("/")
+    key = await register_bot(url, "example")
+    created = await new_game(client, "supply-chains", seats=[{"bot": "random"}, {"bot": "example"}])
+    results: list[Any] = []
+    stop = asyncio.Event()
+    bot = asyncio.create_task(run_bot(url, key, choose, stop=stop, on_result=results.append))
+    try:
+        final = await until(lambda: _ended(client, created["id"]), timeout_s=90)
+        assert final and final["ply"] > 10
+        assert await until(lambda: _true(results), timeout_s=10)
+    finally:
+        stop.set()
+        await asyncio.wait_for(bot, 10)
+    assert results[0].game_id == created["id"] and results[0].seat == 2
+
+
+async def _ended(client: TestClient, gid: str) -> dict[str, Any] | None:
+    v = await view(client, gid)
+    return v if v["status"] == "ended" else None
+
+
+async def _true(items: list[Any]) -> bool:
+    return bool(items)
+
+
+async def test_two_gateways_each_spectator_sees_every_event_once(arena: Arena) -> None:
+    one, two = await arena.gateway(), await arena.gateway()
+    created = await new_game(one)
+    sockets = [await g.ws_connect(f"/ws/games/{created['id']}") for g in (one, two, one, two)]
+    end = await play_out(two, created["id"], created["tokens"][0])
+    for ws in sockets:
+        seqs = []
+        async for msg in ws:
+            m = decode_server_message(msg.data)
+            seqs.append(m.seq)
+            if m.seq == end["seq"]:
+                break
+        assert seqs == list(range(1, end["seq"] + 1))
+        await ws.close()
+
+
+async def test_a_socket_far_behind_gets_a_snapshot_then_the_rest(arena: Arena) -> None:
+    client = await arena.gateway(snapshot_gap=3)
+    created = await new_game(client)
+    end = await play_out(client, created["id"], created["tokens"][0])
+    ws = await client.ws_connect(f"/ws/games/{created['id']}")
+    first = decode_server_message((await ws.receive()).data)
+    assert first.type == "snapshot" and first.seq == end["seq"] and first.view["status"] == "ended"
+    await ws.close()
