@@ -259,3 +259,21 @@ async def test_a_supply_chains_view_shows_chains_surplus_and_warehouses(client: 
 async def _my_turn(client: TestClient, gid: str) -> dict[str, Any] | None:
     v = await view(client, gid)
     return v if v["to_move"] == 1 else None
+
+
+async def test_an_exported_game_imports_as_a_finished_game_and_a_tampered_one_does_not(
+    client: TestClient,
+) -> None:
+    created = await new_game(client)
+    end = await play_out(client, created["id"], created["tokens"][0])
+    exported = await (await client.get(f"/api/games/{created['id']}/export")).text()
+    resp = await client.post("/api/games/import", data=exported)
+    assert resp.status == 201, await resp.text()
+    imported = await view(client, (await resp.json())["id"])
+    assert imported["status"] == "ended" and imported["moves"] == end["moves"]
+    assert imported["result"] == end["result"] and imported["id"] != created["id"]
+    lines = exported.splitlines()
+    move = next(i for i, line in enumerate(lines) if '"move_played"' in line)
+    lines[move] = lines[move].replace('"ply":0', '"ply":1')
+    resp = await client.post("/api/games/import", data="\n".join(lines))
+    assert resp.status == 422 and (await resp.json())["code"] == "invalid_import"
