@@ -222,6 +222,8 @@ class Dispatcher(StreamConsumer):
         dispatched = self._dispatched.get(g.game_id) or 0
         if dispatched and dispatched != g.seq:
             pipe.zrem(clocks, f"{g.game_id}|{dispatched}", f"{g.game_id}|{dispatched}|watch")
+        if "imported_from" in g.created:
+            return  # appended whole and finished: a batch seeing it half-read is no turn
         if g.status != "playing" or not g.to_move or dispatched == g.seq:
             if g.status == "ended":
                 self._dispatched.pop(g.game_id)

@@ -12,6 +12,7 @@ from aiohttp.test_utils import TestClient
 from bots.sdk.client import register_bot, run_bot
 from bots.sdk.example import choose
 from schemas.api import EndedMessage, decode_bot_server_message, decode_server_message
+from services.gateway.bots import STREAMS_PER_BOT
 from tests.gateway import Arena, new_game, play_out, until, view
 
 pytestmark = pytest.mark.timeout(120)
@@ -164,4 +165,41 @@ async def test_a_socket_far_behind_gets_a_snapshot_then_the_rest(arena: Arena) -
     ws = await client.ws_connect(f"/ws/games/{created['id']}")
     first = decode_server_message((await ws.receive()).data)
     assert first.type == "snapshot" and first.seq == end["seq"] and first.view["status"] == "ended"
+    await ws.close()
+
+
+async def test_a_bot_may_hold_only_a_few_streams_per_gateway(client: TestClient) -> None:
+    key = await register(client, "greedy-streams")
+    held = [await client.get("/api/bot/stream", headers=auth(key)) for _ in range(STREAMS_PER_BOT)]
+    assert {r.status for r in held} == {200}
+    refused = await client.get("/api/bot/stream", headers=auth(key))
+    assert refused.status == 429 and (await refused.json())["code"] == "rate_limited"
+    held[0].close()
+    again = await until(lambda: _opened(client, key))
+    assert again
+    for stream in held[1:]:
+        stream.close()
+
+
+async def _opened(client: TestClient, key: str) -> bool:
+    resp = await client.get("/api/bot/stream", headers=auth(key))
+    ok = resp.status == 200
+    resp.close()
+    return ok
+
+
+async def test_socket_messages_count_against_the_rate_limit(arena: Arena) -> None:
+    client = await arena.gateway(rate_per_s=1.0, burst=4)
+    created = await new_game(client)
+    ws = await client.ws_connect(f"/ws/games/{created['id']}")
+    for _ in range(6):
+        await ws.send_str('{"type": "ping"}')
+    kinds = []
+    async for msg in ws:
+        m = decode_server_message(msg.data)
+        if m.type in ("ping", "error"):
+            kinds.append(m.type if m.type == "ping" else m.code)
+        if len(kinds) == 6:
+            break
+    assert "rate_limited" in kinds and "ping" in kinds
     await ws.close()

@@ -70,7 +70,12 @@ class FeedTail:
         self, feed: str, queue: asyncio.Queue[list[bytes]], stop: asyncio.Event
     ) -> None:
         while not stop.is_set():
-            batch = await self._read({feed: self.last[feed]})
+            try:
+                batch = await self._read({feed: self.last[feed]})
+            except Exception as exc:  # a lane that dies would silence its partition
+                log.warning("feed tail of %s failed (%s); retrying", feed, exc)
+                await asyncio.sleep(RETRY_PAUSE_S)
+                continue
             if batch:
                 await queue.put(batch)
 

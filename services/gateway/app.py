@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -41,6 +42,7 @@ def init_app(settings: GatewaySettings, *, redis: Any = None) -> web.Application
     app[appkeys.LIMITER] = RateLimiter(settings.rate_per_s, settings.burst)
     app[appkeys.METRICS] = Metrics()
     app[appkeys.SOCKETS] = appkeys.OpenSockets()
+    app[appkeys.BOT_CONNECTIONS] = Counter()
     app.cleanup_ctx.append(_parts(redis))
     routes.add_routes(app)
     return app

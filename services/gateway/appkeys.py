@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -32,3 +33,5 @@ class OpenSockets(set[web.WebSocketResponse]):
 
 
 SOCKETS: web.AppKey[OpenSockets] = web.AppKey("sockets", OpenSockets)
+#: open turn streams per outside bot on this gateway
+BOT_CONNECTIONS: web.AppKey[Counter[str]] = web.AppKey("bot_connections", Counter)

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import os
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from aiohttp import web
@@ -50,12 +49,20 @@ from schemas.api import (
 from schemas.codec import FIELD_BYTES, DecodeError, decode_turn
 from schemas.commands import PlayMove
 from schemas.replies import Reply
-from schemas.tokens import bot_token
+from schemas.tokens import bot_token, token_hash
 from services.bus.connection import TRANSIENT_ERRORS
 from services.bus.consumer import as_text, now_ms
 from services.bus.keys import WORKERS_GROUP
 from services.gateway import appkeys
-from services.gateway.http import NDJSON, ApiError, read_body, refused, respond, submit
+from services.gateway.http import (
+    ApiError,
+    Write,
+    ndjson,
+    read_body,
+    refused,
+    respond,
+    submit,
+)
 from services.gateway.live import EndedListener
 from services.gateway.sockets import send, socket_loop
 from services.projector.fold import GameFold
@@ -68,14 +75,13 @@ BLOCK_MS = 1000
 RETRY_PAUSE_S = 0.5
 #: Games of one bot looked at for pending turns when it connects.
 PENDING_LIMIT = 1_000
+#: Open turn streams (NDJSON or socket) of one bot on one gateway: each holds a Redis
+#: connection in a blocking read.
+STREAMS_PER_BOT = 4
 #: The newest inbox entries looked at for pending turns when a bot connects.
 RECENT_TURNS = 200
 #: What a turn request tells an outside bot: everything but its seat token.
 TURN_FIELDS = {"game_id", "game", "options", "moves", "seq", "seat", "deadline"}
-
-
-def key_hash(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 async def register(request: web.Request) -> web.Response:
@@ -88,7 +94,7 @@ async def register(request: web.Request) -> web.Response:
     if not await redis.hsetnx(keys.registered_bots(), body.name, record):
         raise ApiError("name_taken", f"a bot called {body.name} is registered already")
     key = f"agon_{secrets.token_urlsafe(32)}"
-    await redis.hset(keys.bot_key_hashes(), key_hash(key), body.name)
+    await redis.hset(keys.bot_key_hashes(), token_hash(key), body.name)
     return respond(request, BotKeyBody(name=body.name, key=key).model_dump(), 201)
 
 
@@ -98,7 +104,9 @@ async def authenticate(request: web.Request) -> str:
     if not auth.startswith("Bearer ") or not auth[7:].strip():
         raise ApiError("bad_key", "send the bot's key as 'Authorization: Bearer KEY'")
     keys = request.app[appkeys.SETTINGS].keys
-    name = await request.app[appkeys.REDIS].hget(keys.bot_key_hashes(), key_hash(auth[7:].strip()))
+    name = await request.app[appkeys.REDIS].hget(
+        keys.bot_key_hashes(), token_hash(auth[7:].strip())
+    )
     if name is None:
         raise ApiError("bad_key", "no bot has this key; register one with POST /api/bots")
     return as_text(name)
@@ -167,6 +175,9 @@ class Turns:
         self.sent.update((t.game_id, t.seq) for t in out)
         page = await query.games(status="playing", player=self.bot, limit=PENDING_LIMIT)
         for view in page.games:
+            for s in view["seats"]:
+                if s["kind"] == "bot" and s["name"] == self.bot:
+                    self.games.setdefault(view["game_id"], s["seat"])  # to tell its end
             seat = view["seats"][view["to_move"] - 1] if view["to_move"] else None
             if seat is None or seat["kind"] != "bot" or seat["name"] != self.bot:
                 continue
@@ -225,6 +236,7 @@ class Turns:
         while not listener.queue.empty():
             game_id, ev = listener.queue.get_nowait()
             seat = self.games.pop(game_id, None)
+            self.sent = {turn for turn in self.sent if turn[0] != game_id} if seat else self.sent
             if seat is not None:
                 out.append(
                     EndedMessage(
@@ -236,6 +248,23 @@ class Turns:
                     )
                 )
         return out
+
+
+@contextlib.contextmanager
+def stream_slot(app: web.Application, bot: str) -> Iterator[None]:
+    """One of the bot's `STREAMS_PER_BOT` turn streams on this gateway, or 429."""
+    connected = app[appkeys.BOT_CONNECTIONS]
+    if connected[bot] >= STREAMS_PER_BOT:
+        raise ApiError(
+            "rate_limited", f"{bot} has {STREAMS_PER_BOT} streams open here already; close one"
+        )
+    connected[bot] += 1
+    try:
+        yield
+    finally:
+        connected[bot] -= 1
+        if not connected[bot]:
+            del connected[bot]
 
 
 async def serve_turns(
@@ -301,22 +330,15 @@ async def _heartbeat(app: web.Application, bot: str) -> None:
 
 async def bot_stream(request: web.Request) -> web.StreamResponse:
     bot = await authenticate(request)
-    response = web.StreamResponse(headers={"Content-Type": NDJSON, "Cache-Control": "no-store"})
-    await response.prepare(request)
-    gauge = request.app[appkeys.METRICS].streams.labels(kind="bot")
-    gauge.inc()
 
-    async def emit(message: BaseModel | None) -> None:
-        line = b"\n" if message is None else message.model_dump_json().encode() + b"\n"
-        await response.write(line)
+    async def produce(write: Write) -> None:
+        async def emit(message: BaseModel | None) -> None:
+            await write(b"\n" if message is None else message.model_dump_json().encode() + b"\n")
 
-    try:
         await serve_turns(request.app, bot, emit)
-    except (ConnectionResetError, asyncio.CancelledError):
-        pass
-    finally:
-        gauge.dec()
-    return response
+
+    with stream_slot(request.app, bot):
+        return await ndjson(request, "bot", produce)
 
 
 async def bot_socket(request: web.Request) -> web.WebSocketResponse:
@@ -331,4 +353,5 @@ async def bot_socket(request: web.Request) -> web.WebSocketResponse:
     async def answer_move(message: BotMoveMessage) -> Reply:
         return await answer(request.app, bot, message.game_id, message.move, message.seq)
 
-    return await socket_loop(request, "bot", decode_bot_message, feed, answer_move)
+    with stream_slot(request.app, bot):
+        return await socket_loop(request, "bot", decode_bot_message, feed, answer_move)

@@ -8,7 +8,6 @@ and otherwise lets the engine refuse it.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from aiohttp import web
@@ -26,7 +25,9 @@ from services.gateway import appkeys
 from services.gateway.http import (
     NDJSON,
     ApiError,
+    Write,
     int_param,
+    ndjson,
     read_body,
     refused,
     respond,
@@ -232,29 +233,24 @@ async def events(request: web.Request) -> web.StreamResponse:
 async def follow_log(request: web.Request, game_id: str, since: int) -> web.StreamResponse:
     app = request.app
     hub = app[appkeys.HUB]
-    response = web.StreamResponse(headers={"Content-Type": NDJSON, "Cache-Control": "no-store"})
-    await response.prepare(request)
     listener = hub.listen(game_id)  # before reading the log: nothing falls in between
-    gauge = app[appkeys.METRICS].streams.labels(kind="events")
-    gauge.inc()
 
-    async def send(event: LiveEvent) -> None:
-        await response.write(event.ndjson_line)
+    async def produce(write: Write) -> None:
+        async def send(event: LiveEvent) -> None:
+            await write(event.ndjson_line)
 
-    async def keep_alive() -> None:
-        await response.write(b"\n")
+        async def keep_alive() -> None:
+            await write(b"\n")
 
-    try:
         await follow(
             listener, app[appkeys.QUERY], since, send,
             keepalive_s=app[appkeys.SETTINGS].keepalive_s, on_quiet=keep_alive, until_ended=True,
         )  # fmt: skip
-    except (ConnectionResetError, asyncio.CancelledError):
-        pass
+
+    try:
+        return await ndjson(request, "events", produce)
     finally:
         hub.unlisten(listener)
-        gauge.dec()
-    return response
 
 
 async def export_game(request: web.Request) -> web.Response:

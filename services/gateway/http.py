@@ -30,6 +30,7 @@ log = logging.getLogger("agon.gateway")
 B = TypeVar("B", bound=BaseModel)
 
 JSON = "application/json"
+UNAVAILABLE = "Redis is unavailable; try again shortly"
 MSGPACK = "application/msgpack"
 NDJSON = "application/x-ndjson"
 
@@ -160,7 +161,7 @@ async def submit(app: web.Application, command: Any) -> Reply:
         app[appkeys.METRICS].commands.labels(code="timeout").inc()
         raise ApiError("timeout", "the engine did not answer in time; send it again") from None
     except TRANSIENT_ERRORS:
-        raise ApiError("unavailable", "Redis is unavailable; try again shortly") from None
+        raise ApiError("unavailable", UNAVAILABLE) from None
     metrics = app[appkeys.METRICS]
     metrics.latency.observe(time.perf_counter() - started)
     metrics.commands.labels(code=getattr(reply, "code", "accepted")).inc()
@@ -175,6 +176,31 @@ def client_keys(request: web.Request) -> list[str]:
     if auth.startswith("Bearer "):
         keys.append("key:" + auth[7:].strip()[:16])
     return keys
+
+
+# -- NDJSON streams --------------------------------------------------------------------
+Write = Callable[[bytes], Awaitable[None]]
+
+
+async def ndjson(
+    request: web.Request, kind: str, produce: Callable[[Write], Awaitable[None]]
+) -> web.StreamResponse:
+    """An NDJSON stream that `produce` writes lines to until it returns or the client goes.
+    Once the stream has begun, an error can no longer be a response of its own: it is
+    logged in one line and ends the stream (the client reconnects)."""
+    response = web.StreamResponse(headers={"Content-Type": NDJSON, "Cache-Control": "no-store"})
+    await response.prepare(request)
+    gauge = request.app[appkeys.METRICS].streams.labels(kind=kind)
+    gauge.inc()
+    try:
+        await produce(response.write)
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    except Exception as exc:
+        log.warning("%s stream ended by an error: %s", kind, exc)
+    finally:
+        gauge.dec()
+    return response
 
 
 # -- middlewares -----------------------------------------------------------------------
@@ -201,7 +227,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except (asyncio.CancelledError, ConnectionResetError):
         raise
     except TRANSIENT_ERRORS:
-        body = {"code": "unavailable", "message": "Redis is unavailable; try again shortly"}
+        body = {"code": "unavailable", "message": UNAVAILABLE}
         return respond(request, body, 503)
     except Exception:
         incident = uuid.uuid4().hex[:8]
@@ -210,11 +236,16 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return respond(request, body, 500)
 
 
+def limited(request: web.Request) -> float:
+    """0 if the request's client may go on (a token spent per key), else seconds to wait."""
+    limiter = request.app[appkeys.LIMITER]
+    return max(limiter.wait_s(key) for key in client_keys(request))
+
+
 @web.middleware
 async def rate_limit(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if request.path.startswith(("/api/", "/ws/")):
-        limiter = request.app[appkeys.LIMITER]
-        wait = max(limiter.wait_s(key) for key in client_keys(request))
+    if request.path != "/health":  # load balancers probe it often; it costs one PING
+        wait = limited(request)
         if wait > 0:
             request.app[appkeys.METRICS].commands.labels(code="rate_limited").inc()
             raise ApiError(

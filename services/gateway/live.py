@@ -123,8 +123,12 @@ async def follow(
             last, sent = event.seq, True
             if until_ended and event.ends_game:
                 return
-        if not sent and not from_log and on_quiet is not None:
-            await on_quiet()
+        if not sent and not from_log:
+            # Quiet: a feed entry the hub missed would leave the client waiting, so ask
+            # the log whether it has moved on.
+            from_log = await query.head(listener.game_id) > last
+            if on_quiet is not None:
+                await on_quiet()
 
 
 @dataclass(eq=False)
@@ -160,7 +164,16 @@ class Hub:
         return sum(len(s) for s in self.games.values())
 
     async def run(self, stop: asyncio.Event) -> None:
-        await self.tail.start_here()
+        """Follow the feeds until `stop`, from where `tail.start_here` fixed the start (the
+        app calls it before serving); a failure is logged and the following resumes."""
+        while not stop.is_set():
+            try:
+                await self._follow(stop)
+            except Exception as exc:
+                log.warning("gateway feed follower failed (%s); resuming in 1 s", exc)
+                await asyncio.sleep(1.0)
+
+    async def _follow(self, stop: asyncio.Event) -> None:
         async for batch in self.tail.follow(stop):
             for data in batch:
                 self.events_seen += 1

@@ -33,7 +33,7 @@ from schemas.api import (
 from schemas.replies import Rejected, Reply
 from services.gateway import appkeys
 from services.gateway.games import game_or_404, human_command
-from services.gateway.http import ApiError, int_param, summary
+from services.gateway.http import UNAVAILABLE, ApiError, int_param, limited, summary
 from services.gateway.live import LiveEvent, follow
 from services.gateway.views import api_view
 
@@ -106,6 +106,9 @@ async def socket_loop(
             out = ErrorMessage(code="invalid_request", message=summary(exc))
         except ApiError as exc:
             out = ErrorMessage(code=exc.code, message=exc.message)
+        except Exception as exc:  # Redis away, a bug: an answer, not a stray traceback
+            log.warning("socket message failed: %s", exc)
+            out = ErrorMessage(code="unavailable", message=UNAVAILABLE)
         with contextlib.suppress(ConnectionResetError):
             await send(ws, out)
 
@@ -114,6 +117,11 @@ async def socket_loop(
             if msg.type != WSMsgType.TEXT:
                 if msg.type == WSMsgType.BINARY:
                     await send(ws, ErrorMessage(code="bad_request", message="send JSON text"))
+                continue
+            wait = limited(request)
+            if wait:
+                late = f"too many messages; retry in {wait:.1f} s"
+                await send(ws, ErrorMessage(code="rate_limited", message=late))
                 continue
             if len(handling) >= IN_FLIGHT:
                 busy = f"more than {IN_FLIGHT} messages unanswered; wait for the replies"

@@ -57,19 +57,14 @@ class GameStates:
     async def at_ply(self, game_id: str, ply: int) -> GameFold | None:
         """The game as it stood after `ply` moves (the whole game if it had fewer)."""
         entries = await self.query.log(game_id)
-        if not entries:
-            return None
-        events = [unpack_event(e.data) for e in entries]
         moves = 0
-        for i, ev in enumerate(events):
-            if ev["type"] == "move_played":
+        for i, entry in enumerate(entries):
+            if unpack_event(entry.data)["type"] == "move_played":
                 if moves == ply:
-                    events = events[:i]
+                    entries = entries[:i]
                     break
                 moves += 1
-        folded = GameFold.start(events[0], keep_moves=True)
-        folded.extend(events[1:])
-        return folded
+        return start(entries) if entries else None
 
     def forget(self, game_id: str) -> None:
         self._folds.pop(game_id)
