@@ -96,7 +96,7 @@ async def list_games(request: web.Request) -> web.Response:
     for name, longest in (("game", 64), ("player", 64), ("cursor", 200)):
         if len(request.query.get(name, "")) > longest:
             raise ApiError("bad_request", f"{name} is longer than {longest} characters")
-    status = request.query.get("status") or None
+    status = request.query.get("status")
     if status is not None and status not in STATUSES:
         raise ApiError("bad_request", f"status must be one of {', '.join(STATUSES)}")
     try:
@@ -245,6 +245,7 @@ async def follow_log(request: web.Request, game_id: str, since: int) -> web.Stre
         await follow(
             listener, app[appkeys.QUERY], since, send,
             keepalive_s=app[appkeys.SETTINGS].keepalive_s, on_quiet=keep_alive, until_ended=True,
+            alive=lambda: request.transport is not None and not request.transport.is_closing(),
         )  # fmt: skip
 
     try:

@@ -140,7 +140,7 @@ def summary(exc: ValidationError) -> str:
 
 def int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
     text = request.query.get(name)
-    if text is None or text == "":
+    if text is None:
         return default
     try:
         value = int(text)

@@ -97,13 +97,15 @@ async def follow(
     keepalive_s: float,
     on_quiet: Callable[[], Awaitable[None]] | None = None,
     until_ended: bool = False,
+    alive: Callable[[], bool] = lambda: True,
 ) -> None:
     """Send every event after `last` in seq order, each once: first what the log holds,
     then the hub's events as they come, reading the log again for any gap. Returns after
-    the game's end when `until_ended`, else runs until cancelled. The listener must be
-    registered before the call, so nothing falls between the log and the hub."""
+    the game's end when `until_ended`, else until cancelled or no longer `alive()` (its
+    client gone: checked at least every `keepalive_s`). The listener must be registered
+    before the call, so nothing falls between the log and the hub."""
     from_log = True
-    while True:
+    while alive():
         if from_log:
             events = [LiveEvent(e.seq, e.data) for e in await query.log(listener.game_id, last + 1)]
             from_log = False

@@ -133,7 +133,11 @@ async def socket_loop(
     finally:
         for task in (feeding, *handling):
             task.cancel()
-        await asyncio.gather(feeding, *handling, return_exceptions=True)
+        # The feed also stops by itself once the socket is closed (within a keep-alive).
+        limit = settings.keepalive_s + 1.0
+        _, stuck = await asyncio.wait([feeding, *handling], timeout=limit)
+        if stuck:
+            log.warning("%d tasks of a closed socket did not stop in %.0f s", len(stuck), limit)
         app[appkeys.SOCKETS].discard(ws)
         gauge.dec()
     return ws
@@ -169,7 +173,10 @@ async def game_socket(request: web.Request) -> web.WebSocketResponse:
 
         keepalive = app[appkeys.SETTINGS].keepalive_s
         with contextlib.suppress(ConnectionResetError):
-            await follow(listener, app[appkeys.QUERY], last, send_event, keepalive_s=keepalive)
+            await follow(
+                listener, app[appkeys.QUERY], last, send_event, keepalive_s=keepalive,
+                alive=lambda: not ws.closed,
+            )  # fmt: skip
 
     async def answer(message: MoveMessage | ResignMessage) -> Reply:
         current = await app[appkeys.STATES].current(game.game_id)
