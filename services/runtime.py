@@ -622,9 +622,11 @@ async def _up_until_stopped(
         if args.demo:
             specs: list[GameSpec] = [(n, {}) for n in game_names()]
             demo_bots = [bots[0], bots[-1]]
+            started = time.perf_counter()
             ids = await create_games(redis, keys, specs, 1, demo_bots)
             await wait_until_ended(redis, keys, ids, 600.0, services.failed)
             result = await collect(redis, keys, ids)
+            result.seconds = time.perf_counter() - started
             _print_selfplay(result, game_names(), demo_bots)
         if args.seconds:
             with contextlib.suppress(TimeoutError):
