@@ -165,6 +165,18 @@ class BenchGame:
     tokens: dict[int, str] = field(default_factory=dict)
     head: int = 0
 
+    def command(self, ply: int, seq: int, tag: str) -> PlayMove:
+        """Move `ply` of the plan, sent straight to the pipeline, expecting `seq`."""
+        move, seat = self.plan[ply]
+        return PlayMove(
+            command_id=f"{tag}-{self.game_id}-{ply}",
+            game_id=self.game_id,
+            seat=seat,
+            token=self.tokens[seat],
+            move=move,
+            expected_seq=seq,
+        )
+
 
 def random_plan(seed: int) -> list[tuple[str, int]]:
     """A seeded random legal game of `GAME`: each move with the seat that plays it."""
@@ -306,18 +318,11 @@ async def play_direct(client: CommandClient, games: Sequence[BenchGame], moves: 
         while queue and issued < moves:
             game = queue.popleft()
             seq = game.head
-            for ply, (move, seat) in enumerate(game.plan):
+            for ply in range(len(game.plan)):
                 if issued >= moves:
                     return
                 issued += 1
-                command = PlayMove(
-                    command_id=f"d-{game.game_id}-{ply}",
-                    game_id=game.game_id,
-                    seat=seat,
-                    token=game.tokens[seat],
-                    move=move,
-                    expected_seq=seq,
-                )
+                command = game.command(ply, seq, "d")
                 sent = time.perf_counter()
                 reply = await client.submit(command)
                 stats.latencies_ms.append((time.perf_counter() - sent) * 1000)
@@ -748,15 +753,8 @@ async def spectate(
         await asyncio.sleep(0.5)
         if meter is not None:
             await meter.start()
-        for ply, (move, seat) in enumerate(game.plan[: moves + 1]):
-            command = PlayMove(
-                command_id=f"v-{game.game_id}-{ply}",
-                game_id=game.game_id,
-                seat=seat,
-                token=game.tokens[seat],
-                move=move,
-                expected_seq=seq,
-            )
+        for ply in range(min(len(game.plan), moves + 1)):
+            command = game.command(ply, seq, "v")
             reply = await client.submit(command)
             assert isinstance(reply, Accepted), reply
             seq = reply.seq

@@ -41,7 +41,7 @@ from engine import load_game
 from schemas.codec import FIELD, encode, unpack
 from schemas.commands import CreateGame, PlayMove, SeatSpec
 from schemas.tokens import bot_token
-from services.bus.clients import CommandClient
+from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import connect
 from services.bus.keys import Keys
 from services.bus.secret import shared_secret
@@ -180,10 +180,7 @@ async def send(redis: Redis, items: Sequence[tuple[str, bytes]], chunk: int = 20
 
 
 async def heads(redis: Redis, keys: Keys, ids: Sequence[str]) -> dict[str, int]:
-    pipe = redis.pipeline(transaction=False)
-    for gid in ids:
-        pipe.xlen(keys.log(gid))
-    return dict(zip(ids, [int(n) for n in await pipe.execute()], strict=True))
+    return dict(zip(ids, await QueryClient(redis, keys).heads(ids), strict=True))
 
 
 def engine_process(url: str, prefix: str, mode: str) -> subprocess.Popen[str]:

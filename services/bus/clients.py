@@ -253,6 +253,13 @@ class QueryClient:
         n: int = await self.redis.xlen(self.keys.log(game_id))
         return n
 
+    async def heads(self, game_ids: Sequence[str]) -> list[int]:
+        """The seq of each game's last event, in one round trip (0: no such game)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for gid in game_ids:
+            pipe.xlen(self.keys.log(gid))
+        return [int(n) for n in await pipe.execute()]
+
     async def game_ids(self) -> list[str]:
         """Every registered game id, partition by partition, in creation order."""
         pipe = self.redis.pipeline(transaction=False)

@@ -82,6 +82,21 @@ def consumer_name(role: str) -> str:
     return f"{role}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
+async def write_heartbeat(
+    redis: Client, heartbeats: str, consumer: str, role: str, group: str, **extra: Any
+) -> None:
+    """One consumer's heartbeat in the `heartbeats` hash: who it is, when, and `extra`."""
+    beat = {
+        "role": role,
+        "group": group,
+        "time": now_ms(),
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        **extra,
+    }
+    await redis.hset(heartbeats, consumer, json.dumps(beat))
+
+
 def id_ms(entry_id: bytes | str) -> int:
     """The millisecond part of a stream entry id: when Redis received the entry."""
     if isinstance(entry_id, bytes):  # as redis-py returns it: no decoding on the hot path
@@ -587,15 +602,10 @@ class StreamConsumer:
 
     async def heartbeat(self) -> None:
         """Tell the others this consumer is alive (and what it has done)."""
-        beat = {
-            "role": self.role,
-            "group": self.reader.group,
-            "time": now_ms(),
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            **self.stats(),
-        }
-        await self.redis.hset(self.reader.heartbeats, self.reader.consumer, json.dumps(beat))
+        await write_heartbeat(
+            self.redis, self.reader.heartbeats, self.reader.consumer, self.role,
+            self.reader.group, **self.stats(),
+        )  # fmt: skip
 
     async def _every(self, seconds: float, work: Any, done: asyncio.Event) -> None:
         """Run `work()` every `seconds` until `done`, beside the loop: a failure (Redis away)

@@ -25,9 +25,7 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import secrets
-import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -51,7 +49,7 @@ from schemas.commands import PlayMove
 from schemas.replies import Reply
 from schemas.tokens import bot_token, token_hash
 from services.bus.connection import TRANSIENT_ERRORS
-from services.bus.consumer import as_text, now_ms
+from services.bus.consumer import as_text, now_ms, write_heartbeat
 from services.bus.keys import WORKERS_GROUP
 from services.gateway import appkeys
 from services.gateway.http import (
@@ -170,7 +168,7 @@ class Turns:
         # sent just before the connection, which the index may not show yet.
         turns = self._turns(list(reversed(recent)))
         query = self.app[appkeys.QUERY]
-        heads = [await query.head(t.game_id) for t in turns] if turns else []
+        heads = await query.heads([t.game_id for t in turns]) if turns else []
         out = [t for t, head in zip(turns, heads, strict=True) if head == t.seq]
         self.sent.update((t.game_id, t.seq) for t in out)
         page = await query.games(status="playing", player=self.bot, limit=PENDING_LIMIT)
@@ -315,16 +313,10 @@ async def _heartbeat(app: web.Application, bot: str) -> None:
     keys, redis = app[appkeys.SETTINGS].keys, app[appkeys.REDIS]
     name = _consumer(app, bot)
     while True:
-        beat = {
-            "role": f"bot-{bot}",
-            "group": WORKERS_GROUP,
-            "time": now_ms(),
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "via": "gateway",
-        }
         with contextlib.suppress(Exception):
-            await redis.hset(keys.processes(), name, json.dumps(beat))
+            await write_heartbeat(
+                redis, keys.processes(), name, f"bot-{bot}", WORKERS_GROUP, via="gateway"
+            )
         await asyncio.sleep(HEARTBEAT_S)
 
 
