@@ -383,8 +383,9 @@ async def test_rebuild_while_play_goes_on_leaves_every_read_model_right(
     assert report.games == len(ids)
 
 
+@pytest.mark.parametrize("optimistic", [False, True], ids=["script", "watched"])
 async def test_a_rebuild_write_from_an_older_log_never_overwrites_newer_models(
-    redis: aioredis.Redis,
+    redis: aioredis.Redis, optimistic: bool
 ) -> None:
     """The race above, made certain: a rebuild folds the logs mid-play, the games then end
     and are projected, and only then does the rebuild write what it folded."""
@@ -400,6 +401,42 @@ async def test_a_rebuild_write_from_an_older_log_never_overwrites_newer_models(
     assert all(game.status == "playing" for game in stale)
     await services.drain()
     assert all(v is not None and v["status"] == "ended" for v in await query.views(ids))
-    results = await registry.write(redis, KEYS, [rebuild_write(g) for g in stale])
+    writes = [rebuild_write(g) for g in stale]
+    results = await registry.write(redis, KEYS, writes, optimistic=optimistic)
     assert all(refused != -1 for refused, _ in results)  # the stored models are newer
+    assert (await verify(redis, KEYS)).problems == []
+
+
+async def test_a_watched_write_interrupted_by_another_write_writes_nothing(
+    redis: aioredis.Redis,
+) -> None:
+    """Rebuild's optimistic transaction: a live write landing between its guard read and
+    its EXEC (here the script writing the newer fold) aborts it whole; `write` then goes
+    through the script, whose guard refuses the older fold."""
+    services = ServiceSet(redis, KEYS, ["random"])
+    (gid,) = await create_games(redis, KEYS, [("teeko", {})], 1, BOTS)
+    for _ in range(4):
+        await services.engines[0].drain()
+        await services.dispatcher.drain()
+        await services.workers[0].drain()
+    await services.projector.drain()
+    query = QueryClient(redis, KEYS)
+    stale = fold(gid, [unpack_event(e.data) for e in await query.log(gid)])
+    await services.drain()
+    newer = fold(gid, [unpack_event(e.data) for e in await query.log(gid)])
+    assert newer.seq > stale.seq
+    p = KEYS.partition(gid)
+    await redis.hdel(KEYS.projector_seen(p), gid)  # as before any projection: guards hold
+
+    async def live_write() -> None:
+        ((done, _),) = await registry.write(redis, KEYS, [rebuild_write(newer)])
+        assert done == -1
+
+    cells = [registry.game_cells(KEYS, stale)]
+    got = await registry._watched(redis, KEYS, p, [rebuild_write(stale)], cells, between=live_write)
+    assert got is None
+    assert await redis.hget(KEYS.projector_seen(p), gid) == str(newer.seq).encode()
+    assert await redis.get(KEYS.view(gid)) == newer.view_bytes()
+    ((refused, _),) = await registry.write(redis, KEYS, [rebuild_write(stale)], optimistic=True)
+    assert refused == newer.seq
     assert (await verify(redis, KEYS)).problems == []

@@ -157,7 +157,7 @@ async def _rebuild_partitions(
                     stats.events += len(datas)
                 if writing is not None:
                     stats.ahead += sum(1 for r, _ in await writing if r != -1)
-                writing = _start(tasks, write(redis, keys, writes))
+                writing = _start(tasks, write(redis, keys, writes, optimistic=True))
             if writing is not None:
                 stats.ahead += sum(1 for r, _ in await writing if r != -1)
         finally:

@@ -19,10 +19,15 @@ writing the same cells twice, leaves the right models.
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol
+
+import msgpack
+from redis.asyncio import Redis
+from redis.exceptions import WatchError
 
 from services.bus.clients import STATUSES
 from services.bus.connection import Client, scan_keys
@@ -177,56 +182,52 @@ def game_cells(keys: Keys, game: GameFold) -> list[Cell]:
 # one ZADD/ZREM/HSET/HDEL with the members of the games whose guard held (a view, one
 # SET or DEL each), then the seen hash one HSET.
 # KEYS: every key the call names, the partition's seen hash first.
-# ARGV: n, then n game ids, n lo, n hi, n new seens; then groups of one op on one key:
-#   op, key index (into KEYS), count, then count items, each a game index (1..n) and:
-#   "S" value (SET) | "X" (DEL) | "Z" member score (ZADD) | "R" member (ZREM) |
-#   "H" field value (HSET) | "D" field (HDEL).
+# ARGV[1]: msgpack of [ids, lo, hi, new seens, groups], each group [command, key index
+#   (into KEYS), the game index (1..n) of each item, the items' arguments, flat]: a SET
+#   item is its value, DEL none, ZADD score and member, ZREM a member, HSET field and
+#   value, HDEL a field. One packed argument instead of thousands keeps both the client's
+#   encoding and the script's argument handling cheap; when every guard held (rebuild, and
+#   the live projector almost always) each group's arguments go to Redis as they came.
 # Returns per game -1 when written, else the stored seen that refused it.
 _WRITE = Script(
     """
-local n = tonumber(ARGV[1])
-local ids = {}
-for g = 1, n do ids[g] = ARGV[1 + g] end
+local d = cmsgpack.unpack(ARGV[1])
+local ids, lo, hi, new, groups = d[1], d[2], d[3], d[4], d[5]
+local n = #ids
 local stored = redis.call('HMGET', KEYS[1], unpack(ids))
-local ok, out, seen = {}, {}, {}
+local ok, out, seen, all = {}, {}, {}, true
 for g = 1, n do
   local cur = tonumber(stored[g] or '0')
-  if cur >= tonumber(ARGV[1 + n + g]) and cur <= tonumber(ARGV[1 + 2 * n + g]) then
+  if cur >= lo[g] and cur <= hi[g] then
     ok[g] = true
     out[g] = -1
     seen[#seen + 1] = ids[g]
-    seen[#seen + 1] = ARGV[1 + 3 * n + g]
+    seen[#seen + 1] = new[g]
   else
     out[g] = cur
+    all = false
   end
 end
-local width = {S = 2, X = 1, Z = 3, R = 2, H = 3, D = 2}
-local i = 2 + 4 * n
-while i <= #ARGV do
-  local op, key, count = ARGV[i], KEYS[tonumber(ARGV[i + 1])], tonumber(ARGV[i + 2])
-  local w = width[op]
-  if not w then return redis.error_reply('unknown op ' .. op) end
-  i = i + 3
-  local args = {}
-  for _ = 1, count do
-    if ok[tonumber(ARGV[i])] then
-      if op == 'Z' then
-        args[#args + 1] = ARGV[i + 2]
-        args[#args + 1] = ARGV[i + 1]
-      else
-        for k = 1, w - 1 do args[#args + 1] = ARGV[i + k] end
+local width = {SET = 1, DEL = 0, ZADD = 2, ZREM = 1, HSET = 2, HDEL = 1}
+for _, group in ipairs(groups) do
+  local op, key, games, args = group[1], KEYS[group[2]], group[3], group[4]
+  local any = all
+  if not all then
+    local w = width[op]
+    if not w then return redis.error_reply('unknown command ' .. op) end
+    local kept = {}
+    for j, g in ipairs(games) do
+      if ok[g] then
+        any = true
+        for k = (j - 1) * w + 1, j * w do kept[#kept + 1] = args[k] end
       end
-      if op == 'X' then args[1] = true end
     end
-    i = i + w
+    args = kept
   end
-  if #args > 0 then
-    if op == 'S' then redis.call('SET', key, args[#args])
-    elseif op == 'X' then redis.call('DEL', key)
-    elseif op == 'Z' then redis.call('ZADD', key, unpack(args))
-    elseif op == 'R' then redis.call('ZREM', key, unpack(args))
-    elseif op == 'H' then redis.call('HSET', key, unpack(args))
-    else redis.call('HDEL', key, unpack(args)) end
+  if any then
+    if op == 'SET' then redis.call('SET', key, args[#args])
+    elseif op == 'DEL' then redis.call('DEL', key)
+    else redis.call(op, key, unpack(args)) end
   end
 end
 if #seen > 0 then redis.call('HSET', KEYS[1], unpack(seen)) end
@@ -237,12 +238,12 @@ return out
 WRITES_PER_CALL = 64
 
 _OPS: dict[tuple[Kind, bool], str] = {
-    ("string", True): "S",
-    ("string", False): "X",
-    ("zset", True): "Z",
-    ("zset", False): "R",
-    ("hash", True): "H",
-    ("hash", False): "D",
+    ("string", True): "SET",
+    ("string", False): "DEL",
+    ("zset", True): "ZADD",
+    ("zset", False): "ZREM",
+    ("hash", True): "HSET",
+    ("hash", False): "HDEL",
 }
 
 
@@ -261,39 +262,100 @@ class Write:
     since: dict[tuple[str, str], Any] | None = None
 
 
-def _call(
-    keys: Keys, p: int, writes: Sequence[Write], cells: Sequence[Sequence[Cell]]
-) -> tuple[list[str], list[Any]]:
-    """One script call for games of partition `p`: its keys and its arguments."""
-    script_keys = [keys.projector_seen(p)]
-    index: dict[str, int] = {script_keys[0]: 1}
-    groups: dict[tuple[str, str], list[Any]] = {}  # (op, key) -> items, in first-seen order
+Groups = dict[tuple[str, str], tuple[list[int], list[Any]]]
+
+
+def _groups(writes: Sequence[Write], cells: Sequence[Sequence[Cell]]) -> Groups:
+    """The cells to write, one group per (command, key), in first-seen order: the game
+    (1..n) of each item, and the items' arguments, flat (see `_WRITE`)."""
+    groups: Groups = {}
     for g, (w, game_cells_) in enumerate(zip(writes, cells, strict=True), start=1):
         since = w.since
         for cell in game_cells_:
             if since is not None and since.get((cell.key, cell.field), _ABSENT) == cell.value:
                 continue
-            if cell.key not in index:
-                script_keys.append(cell.key)
-                index[cell.key] = len(script_keys)
-            items = groups.setdefault((_OPS[cell.kind, cell.value is not None], cell.key), [])
-            items.append(g)
-            if cell.field:
-                items.append(cell.field)
-            if cell.value is not None:
-                items.append(cell.value)
-    args: list[Any] = [len(writes)]
-    args += [w.game.game_id for w in writes]
-    args += [w.lo for w in writes]
-    args += [w.hi for w in writes]
-    args += [w.game.seq for w in writes]
-    for (op, key), items in groups.items():
-        args += (op, index[key], len(items) // _WIDTH[op], *items)
-    return script_keys, args
+            op = _OPS[cell.kind, cell.value is not None]
+            games, args = groups.setdefault((op, cell.key), ([], []))
+            games.append(g)
+            if op == "ZADD":
+                args += (cell.value, cell.field)
+            elif op == "HSET":
+                args += (cell.field, cell.value)
+            elif op == "SET":
+                args.append(cell.value)
+            elif cell.field:  # ZREM, HDEL
+                args.append(cell.field)
+    return groups
 
 
-#: Items per game in an op group: the game index and the op's arguments.
-_WIDTH = {"S": 2, "X": 1, "Z": 3, "R": 2, "H": 3, "D": 2}
+def _call(
+    keys: Keys, p: int, writes: Sequence[Write], cells: Sequence[Sequence[Cell]]
+) -> tuple[list[str], list[Any]]:
+    """One script call for games of partition `p`: its keys and its one argument."""
+    script_keys = [keys.projector_seen(p)]
+    index: dict[str, int] = {script_keys[0]: 1}
+    groups = _groups(writes, cells)
+    for _, key in groups:
+        if key not in index:
+            script_keys.append(key)
+            index[key] = len(script_keys)
+    packed = msgpack.packb(
+        [
+            [w.game.game_id for w in writes],
+            [w.lo for w in writes],
+            [w.hi for w in writes],
+            [w.game.seq for w in writes],
+            [[op, index[key], games, args] for (op, key), (games, args) in groups.items()],
+        ],
+        use_bin_type=False,  # Redis's cmsgpack reads no bin type: bytes go as (raw) str
+    )
+    return script_keys, [packed]
+
+
+async def _watched(
+    redis: Redis,
+    keys: Keys,
+    p: int,
+    writes: Sequence[Write],
+    cells: Sequence[Sequence[Cell]],
+    *,
+    between: Callable[[], Awaitable[None]] | None = None,
+) -> list[int] | None:
+    """`_WRITE`'s work as an optimistic transaction: plain commands, no script (a script
+    copies every view into Lua, which costs Redis more than the writes themselves).
+
+    The partition's seen hash is WATCHed while the guards are read, so any other write of
+    the partition's models in between (each sets that hash) aborts the transaction:
+    then None, and nothing was written. (`between` runs once the guards are read: a test
+    writes there.)
+    """
+    seen_key = keys.projector_seen(p)
+    ids = [w.game.game_id for w in writes]
+    async with redis.pipeline(transaction=True) as pipe:
+        await pipe.watch(seen_key)
+        stored = [int(s or 0) for s in await pipe.hmget(seen_key, ids)]
+        out = [-1 if w.lo <= s <= w.hi else s for w, s in zip(writes, stored, strict=True)]
+        ok = [i for i, r in enumerate(out) if r == -1]
+        if not ok:
+            return out
+        if between is not None:
+            await between()
+        pipe.multi()  # type: ignore[no-untyped-call]
+        for (op, key), (_, args) in _groups(
+            [writes[i] for i in ok], [cells[i] for i in ok]
+        ).items():
+            if op == "SET":
+                pipe.set(key, args[-1])
+            elif op == "DEL":
+                pipe.delete(key)
+            else:
+                pipe.execute_command(op, key, *args)
+        pipe.hset(seen_key, mapping={ids[i]: writes[i].game.seq for i in ok})
+        try:
+            await pipe.execute()
+        except WatchError:
+            return None
+    return out
 
 
 _ABSENT = object()
@@ -305,10 +367,20 @@ def cell_values(cells: Sequence[Cell]) -> dict[tuple[str, str], Any]:
 
 
 async def write(
-    redis: Any, keys: Keys, writes: Sequence[Write], *, written: bool = False
+    redis: Any,
+    keys: Keys,
+    writes: Sequence[Write],
+    *,
+    written: bool = False,
+    optimistic: bool = False,
 ) -> list[tuple[int, dict[tuple[str, str], Any] | None]]:
     """The writes in one round trip; per write -1 (done) or the seen that refused it, and
-    (with `written`) the game's cells as now written, for the next write's `since`."""
+    (with `written`) the game's cells as now written, for the next write's `since`.
+
+    With `optimistic` (many games per partition, rarely written by anyone else: rebuild),
+    a single server gets each partition's games as a watched transaction (`_watched`),
+    and only those another write interrupted go through the script.
+    """
     if not writes:
         return []
     cells = [game_cells(keys, w.game) for w in writes]
@@ -321,18 +393,19 @@ async def write(
             group.clear()
         group.append(i)
     calls += [g for g in groups.values() if g]
-    answers = await _WRITE.run_many(
-        redis,
-        [
-            _call(
-                keys,
-                keys.partition(writes[call[0]].game.game_id),
-                [writes[i] for i in call],
-                [cells[i] for i in call],
-            )
-            for call in calls
-        ],
-    )
+
+    def part(call: list[int]) -> tuple[int, list[Write], list[list[Cell]]]:
+        p = keys.partition(writes[call[0]].game.game_id)
+        return p, [writes[i] for i in call], [cells[i] for i in call]
+
+    answers: list[Any] = [None] * len(calls)
+    if optimistic and isinstance(redis, Redis):
+        answers = await asyncio.gather(*(_watched(redis, keys, *part(c)) for c in calls))
+    todo = [k for k, answer in enumerate(answers) if answer is None]
+    if todo:
+        scripted = await _WRITE.run_many(redis, [_call(keys, *part(calls[k])) for k in todo])
+        for k, answer in zip(todo, scripted, strict=True):
+            answers[k] = answer
     out: list[tuple[int, dict[tuple[str, str], Any] | None]] = [(0, None)] * len(writes)
     for call, answer in zip(calls, answers, strict=True):
         for i, result in zip(call, answer, strict=True):
