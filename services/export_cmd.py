@@ -24,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _read(name: str) -> str:
+def read_text(name: str) -> str:
+    """The UTF-8 text of file `name` (`-`: standard input), or a `UsageError` saying why not."""
     try:
         if name == "-":
             data = sys.stdin.buffer.read()
@@ -42,7 +43,7 @@ def _read(name: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    game_id, count, problems = verify_export(_read(args.file))
+    game_id, count, problems = verify_export(read_text(args.file))
     if problems:
         for problem in problems:
             print(problem)
