@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
+import msgpack
 import pytest
 import redis.asyncio as aioredis
 
@@ -52,6 +53,31 @@ async def test_no_reply_at_all_is_a_timeout_naming_the_command(
     async with CommandClient(redis, keys) as client:
         with pytest.raises(TimeoutError, match="create-g1"):
             await client.submit_many([create("g1")], timeout_s=0.05, retries=1)
+
+
+async def test_single_commands_sent_together_each_land_once_and_fail_alone(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    """Concurrent one-command sends go out in one pipeline; each lands once, and a failing
+    XADD (here to a partition's command stream that is no stream) fails its own senders
+    only."""
+    ids = [f"g{i}" for i in range(40)]
+    broken = keys.commands_for(ids[7])
+    await redis.set(broken, "not a stream")
+    client = CommandClient(redis, keys)
+    results = await asyncio.gather(
+        *(client.send([create(gid)]) for gid in ids), return_exceptions=True
+    )
+    failed = [gid for gid, r in zip(ids, results, strict=True) if isinstance(r, Exception)]
+    lost = [gid for gid in ids if keys.commands_for(gid) == broken]
+    assert failed == lost and 0 < len(lost) < len(ids)
+    assert all("WRONGTYPE" in str(results[ids.index(gid)]) for gid in lost)
+    sent: list[str] = []
+    for p in keys.all_partitions():
+        if keys.commands(p) != broken:
+            for _, fields in await redis.xrange(keys.commands(p)):
+                sent.append(CreateGame.model_validate(msgpack.unpackb(fields[b"m"])).game_id)
+    assert sorted(sent) == sorted(set(ids) - set(lost))
 
 
 async def test_the_game_list_filters_and_pages_across_partitions(

@@ -70,6 +70,9 @@ class CommandClient:
         self._waiting: dict[str, asyncio.Future[Reply]] = {}
         self._reader: asyncio.Task[None] | None = None
         self._last = "0-0"
+        #: single commands waiting for the next turn of the event loop (`_send_one`)
+        self._outbox: list[tuple[str, bytes, asyncio.Future[None]]] = []
+        self._flushing: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> CommandClient:
         self.start()
@@ -106,14 +109,56 @@ class CommandClient:
         """Send without waiting for replies (the sender reads the log instead)."""
         if not commands:
             return
-        if len(commands) == 1:  # a person's move: one XADD, without building a pipeline
+        if len(commands) == 1:  # a person's move
             command = commands[0]
-            await self.redis.xadd(self.keys.commands_for(command.game_id), {FIELD: encode(command)})
+            await self._send_one(self.keys.commands_for(command.game_id), encode(command))
             return
         pipe = self.redis.pipeline(transaction=False)
         for command in commands:
             self._queue(pipe, command)
         await pipe.execute()
+
+    async def _send_one(self, stream: str, data: bytes) -> None:
+        """One XADD, sent with every other one issued in the same turn of the event loop:
+        a gateway's concurrent requests share one pipeline (a command sent alone costs
+        the client several times its share of a pipeline)."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._outbox.append((stream, data, future))
+        if len(self._outbox) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+        await future
+
+    def _flush(self) -> None:
+        batch, self._outbox = self._outbox, []
+        task = asyncio.create_task(self._send_batch(batch))
+        self._flushing.add(task)
+        task.add_done_callback(self._flushing.discard)
+
+    async def _send_batch(self, batch: list[tuple[str, bytes, asyncio.Future[None]]]) -> None:
+        try:
+            if len(batch) == 1:
+                stream, data, _ = batch[0]
+                answers: list[Any] = [await self.redis.xadd(stream, {FIELD: data})]
+            else:
+                pipe = self.redis.pipeline(transaction=False)
+                for stream, data, _ in batch:
+                    pipe.xadd(stream, {FIELD: data})
+                answers = await pipe.execute(raise_on_error=False)
+        except BaseException as exc:  # the senders hear of it, whatever it is
+            failure = exc if isinstance(exc, Exception) else ConnectionError("send cancelled")
+            for _, _, future in batch:
+                if not future.done():
+                    future.set_exception(failure)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (_, _, future), answer in zip(batch, answers, strict=True):
+            if future.done():
+                continue  # its sender was cancelled
+            if isinstance(answer, BaseException):
+                future.set_exception(answer)
+            else:
+                future.set_result(None)
 
     async def send_encoded(self, items: Sequence[tuple[str, bytes]]) -> None:
         """Send commands encoded beforehand, each with its command stream
