@@ -18,6 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
+from services.bus.cache import LRU
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import connect
 from services.bus.feeds import FeedTail
@@ -43,6 +44,7 @@ def init_app(settings: GatewaySettings, *, redis: Any = None) -> web.Application
     app[appkeys.METRICS] = Metrics()
     app[appkeys.SOCKETS] = appkeys.OpenSockets()
     app[appkeys.BOT_CONNECTIONS] = Counter()
+    app[appkeys.BOT_KEYS] = LRU(10_000)
     app.cleanup_ctx.append(_parts(redis))
     routes.add_routes(app)
     return app

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from services.bus.cache import LRU
 from services.bus.clients import CommandClient, QueryClient
 
 if TYPE_CHECKING:
@@ -35,3 +36,5 @@ class OpenSockets(set[web.WebSocketResponse]):
 SOCKETS: web.AppKey[OpenSockets] = web.AppKey("sockets", OpenSockets)
 #: open turn streams per outside bot on this gateway
 BOT_CONNECTIONS: web.AppKey[Counter[str]] = web.AppKey("bot_connections", Counter)
+#: bot key hash -> (bot name, when to ask Redis again): a bot's every move is authenticated
+BOT_KEYS: web.AppKey[LRU[str, tuple[str, float]]] = web.AppKey("bot_keys", LRU)

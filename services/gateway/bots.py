@@ -78,6 +78,8 @@ PENDING_LIMIT = 1_000
 STREAMS_PER_BOT = 4
 #: The newest inbox entries looked at for pending turns when a bot connects.
 RECENT_TURNS = 200
+#: How long a gateway trusts a bot key it has looked up (keys are never revoked yet).
+KEY_CACHE_S = 30.0
 #: What a turn request tells an outside bot: everything but its seat token.
 TURN_FIELDS = {"game_id", "game", "options", "moves", "seq", "seat", "deadline"}
 
@@ -97,16 +99,20 @@ async def register(request: web.Request) -> web.Response:
 
 
 async def authenticate(request: web.Request) -> str:
-    """The name of the bot whose key the request bears; 401 otherwise."""
+    """The name of the bot whose key the request bears; 401 otherwise. A key found in
+    Redis is remembered for `KEY_CACHE_S` (a bot authenticates every move it sends)."""
     auth = request.headers.get("Authorization", "")
     if not auth.startswith("Bearer ") or not auth[7:].strip():
         raise ApiError("bad_key", "send the bot's key as 'Authorization: Bearer KEY'")
-    keys = request.app[appkeys.SETTINGS].keys
-    name = await request.app[appkeys.REDIS].hget(
-        keys.bot_key_hashes(), token_hash(auth[7:].strip())
-    )
+    app = request.app
+    hashed = token_hash(auth[7:].strip())
+    known = app[appkeys.BOT_KEYS].get(hashed)
+    if known is not None and known[1] > time.monotonic():
+        return known[0]
+    name = await app[appkeys.REDIS].hget(app[appkeys.SETTINGS].keys.bot_key_hashes(), hashed)
     if name is None:
         raise ApiError("bad_key", "no bot has this key; register one with POST /api/bots")
+    app[appkeys.BOT_KEYS].put(hashed, (as_text(name), time.monotonic() + KEY_CACHE_S))
     return as_text(name)
 
 
