@@ -31,6 +31,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("services.runtime:VERIFY", "replay every log, check hash chains and read models"),
     "rebuild": ("services.runtime:REBUILD", "recompute every read model from the logs"),
     "verify-export": ("services.export_cmd", "check an exported game log offline: chain, replay"),
+    "replay": ("services.replay_cmd", "step through a game's log (Redis or an export) as text"),
+    "stats": ("services.stats_cmd", "Elo, error bars, LOS and the SPRT for given results"),
     "engine": ("services.runtime:ENGINE", "run one engine service (validate, append, reply)"),
     "projector": ("services.runtime:PROJECTOR", "run one projector (read models from the feeds)"),
     "dispatcher": ("services.runtime:DISPATCHER", "run one dispatcher (turn requests, clocks)"),
