@@ -115,6 +115,62 @@ class HealthBody(Body):
     gateway: str
 
 
+# -- what the web page draws and offers ---------------------------------------------------
+class BoardCellBody(Body):
+    """One cell of a board as the page draws it: the engine's site, in drawing coordinates."""
+
+    index: int
+    label: str
+    row: int
+    col: int
+    phase: int
+    #: The centre, in drawing units: x to the right, y downward (the engine's y negated).
+    x: float
+    y: float
+    #: The cell's outline as an SVG polygon's `points` ("x,y x,y ...").
+    points: str
+
+
+class BoardLabelBody(Body):
+    """A coordinate written beside the board: a column letter or a row number."""
+
+    text: str
+    x: float
+    y: float
+
+
+class BoardBody(Body):
+    """A board's geometry for drawing: every cell's outline and the coordinates on its edge."""
+
+    name: str
+    kind: Literal["square", "hex", "tri"]
+    cells: list[BoardCellBody]
+    coordinates: list[BoardLabelBody]
+    #: The SVG `viewBox` that holds the cells and the coordinates: x, y, width, height.
+    view_box: tuple[float, float, float, float]
+
+
+class GameRulesBody(Body):
+    """A game the arena plays, and its options (RULES.md §8)."""
+
+    name: str
+    title: str
+    #: Each option's accepted values, the default first.
+    options: dict[str, list[str]]
+
+
+class BotBody(Body):
+    name: BotName
+    kind: Literal["built-in", "registered"]
+
+
+class CatalogueBody(Body):
+    """What a new game can be: every game with its options, and every bot a seat can take."""
+
+    games: list[GameRulesBody]
+    bots: list[BotBody]
+
+
 # -- a game socket -------------------------------------------------------------------------
 class EventMessage(Body):
     type: Literal["event"] = "event"
@@ -239,12 +295,17 @@ def decode_bot_server_message(text: str | bytes) -> Any:
 
 
 __all__ = [
+    "BoardBody",
+    "BoardCellBody",
+    "BoardLabelBody",
+    "BotBody",
     "BotClientMessage",
     "BotKeyBody",
     "BotMoveBody",
     "BotMoveMessage",
     "BotSeatSpec",
     "BotServerMessage",
+    "CatalogueBody",
     "ClientMessage",
     "EndedMessage",
     "ErrorBody",
@@ -252,6 +313,7 @@ __all__ = [
     "EventMessage",
     "GameCreatedBody",
     "GamePageBody",
+    "GameRulesBody",
     "HealthBody",
     "HumanSeat",
     "HumanSeatSpec",

@@ -16,8 +16,10 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from schemas.api import (
+    BoardBody,
     BotKeyBody,
     BotMoveBody,
+    CatalogueBody,
     ErrorBody,
     GameCreatedBody,
     GamePageBody,
@@ -28,7 +30,7 @@ from schemas.api import (
     ResignBody,
     SeqBody,
 )
-from services.gateway import appkeys, bots, games, sockets
+from services.gateway import appkeys, bots, games, pages, sockets
 from services.gateway.http import respond
 
 Handler = Any
@@ -60,6 +62,8 @@ class Route:
 GAME_ID = Param("id", "path", {"type": "string", "pattern": r"^[A-Za-z0-9_.-]{1,64}$"}, "", True)
 SINCE = Param("since", "query", {"type": "integer", "minimum": 0}, "the last seq already seen")
 REFUSED = (ErrorBody, "refused: the code says why")
+ASSET = r"^[a-z0-9_-]{1,64}\.(js|css|html)$"
+BOARD = r"^[a-z0-9-]{1,32}$"
 
 
 async def health(request: web.Request) -> web.Response:
@@ -165,6 +169,32 @@ ROUTES: tuple[Route, ...] = (
     Route(
         "GET", "/openapi.json", openapi_document, "This document", tag="operations",
         answers={200: ("application/json", "OpenAPI 3.1")},
+    ),
+    Route(
+        "GET", "/", pages.lobby_page, "The web page: the lobby", tag="page",
+        answers={200: ("text/html", "the page")},
+    ),
+    Route(
+        "GET", "/games/{id}", pages.game_page,
+        "The web page: a game's board (replay from ply N with ?ply=N)", tag="page",
+        params=(GAME_ID, Param("ply", "query", {"type": "integer", "minimum": 0})),
+        answers={200: ("text/html", "the page")},
+    ),
+    Route(
+        "GET", "/web/{name}", pages.asset, "The page's modules and style sheet", tag="page",
+        params=(Param("name", "path", {"type": "string", "pattern": ASSET}, "", True),),
+        answers={200: ("text/*", "the file"), 404: REFUSED},
+    ),
+    Route(
+        "GET", "/api/boards/{name}", pages.board,
+        "A board's geometry for drawing: cell outlines and edge coordinates", tag="page",
+        params=(Param("name", "path", {"type": "string", "pattern": BOARD}, "", True),),
+        answers={200: (BoardBody, "the board"), 404: REFUSED},
+    ),
+    Route(
+        "GET", "/api/catalogue", pages.catalogue,
+        "Every game with its options (default first), and every bot a seat can take",
+        tag="page", answers={200: (CatalogueBody, "games and bots")},
     ),
 )  # fmt: skip
 

@@ -1,0 +1,75 @@
+// The page's entry: the theme (the system's, or the one chosen with the toggle), the
+// router (`/` the lobby, `/games/{id}[?ply=N]` a board: one HTML shell, no reloads
+// between them) and the live region every view announces through.
+
+import { showGame } from "./game.js";
+import { showLobby } from "./lobby.js";
+
+const main = document.getElementById("main");
+const live = document.getElementById("announce");
+let leave = null;
+
+// -- theme ------------------------------------------------------------------------------------
+const THEME = "agon.theme";
+const toggle = document.getElementById("theme");
+
+function theme() {
+  return document.documentElement.dataset.theme;
+}
+
+function showTheme() {
+  const dark = theme() === "dark";
+  toggle.setAttribute("aria-pressed", String(dark)); // the label stays "Dark theme"
+  toggle.title = `Switch to the ${dark ? "light" : "dark"} theme`;
+  toggle.textContent = dark ? "☀" : "☾";
+}
+
+toggle.addEventListener("click", () => {
+  document.documentElement.dataset.theme = theme() === "dark" ? "light" : "dark";
+  localStorage.setItem(THEME, theme());
+  showTheme();
+});
+matchMedia("(prefers-color-scheme: dark)").addEventListener("change", (e) => {
+  if (localStorage.getItem(THEME)) return; // a choice made with the toggle stays
+  document.documentElement.dataset.theme = e.matches ? "dark" : "light";
+  showTheme();
+});
+showTheme();
+
+// -- announcements ----------------------------------------------------------------------------
+function announce(text) {
+  if (!text) return;
+  const line = document.createElement("p");
+  line.textContent = text;
+  live.append(line);
+  while (live.children.length > 5) live.firstChild.remove();
+}
+
+// -- routing ----------------------------------------------------------------------------------
+function route() {
+  if (leave) leave();
+  const game = /^\/games\/([A-Za-z0-9_.-]{1,64})\/?$/.exec(location.pathname);
+  if (game) {
+    const ply = new URLSearchParams(location.search).get("ply");
+    const wanted = ply !== null && /^\d+$/.test(ply) ? Number(ply) : null;
+    leave = showGame(main, game[1], wanted, announce);
+  } else {
+    leave = showLobby(main, navigate);
+  }
+  main.focus({ preventScroll: true });
+}
+
+function navigate(url) {
+  history.pushState(null, "", url);
+  route();
+  window.scrollTo(0, 0);
+}
+
+document.addEventListener("click", (e) => {
+  const a = e.target.closest?.("a[data-link]");
+  if (!a || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
+  e.preventDefault();
+  navigate(a.getAttribute("href"));
+});
+window.addEventListener("popstate", route);
+route();
