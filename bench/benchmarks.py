@@ -124,10 +124,10 @@ def print_playout_table(results: list[dict[str, Any]], ludii: dict[str, float]) 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "which",
-        choices=["playouts", "pipeline", "memory", "gateway"],
+        choices=["playouts", "pipeline", "memory", "gateway", "bots"],
         help="the engine's random playouts, the Redis pipeline (bench.pipeline), what"
-        " finished games leave in Redis (bench.memory), or the HTTP/WebSocket gateway"
-        " (bench.gateway)",
+        " finished games leave in Redis (bench.memory), the HTTP/WebSocket gateway"
+        " (bench.gateway), or MCTS against the other built-in bots (bench.bots)",
     )
     parser.add_argument("--seconds", type=float, default=5.0, help="time per row")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per row; the median counts")
@@ -138,7 +138,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--redis-url", default=None, help="pipeline, gateway: default a private server"
     )
     parser.add_argument(
-        "--games", type=int, default=50, help="memory: finished games per game name"
+        "--games",
+        type=int,
+        default=None,
+        help="memory: finished games per game name (default 50); bots: games per pairing"
+        " and game, in seat-swapped pairs (default 100)",
+    )
+    parser.add_argument(
+        "--move-time", type=float, default=0.25, help="bots: seconds per move (default 0.25)"
+    )
+    parser.add_argument(
+        "--game",
+        action="append",
+        default=None,
+        help="bots: only this game (repeatable; default all five)",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=None, help="bots: worker processes (default one per core)"
     )
 
 
@@ -156,8 +172,18 @@ def run(args: argparse.Namespace) -> int:
     elif args.which == "memory":
         from bench.memory import print_memory_table, run_memory_bench
 
-        results = run_memory_bench(args.games)
+        results = run_memory_bench(args.games if args.games is not None else 50)
         print_memory_table(results)
+    elif args.which == "bots":
+        from bench.bots import GAMES, print_bots_table, run_bots_bench
+
+        results = run_bots_bench(
+            args.game or GAMES,
+            args.games if args.games is not None else 100,
+            args.move_time,
+            args.workers,
+        )
+        print_bots_table(results)
     else:
         results = bench_playouts(args.seconds, args.rounds)
         print_playout_table(results, load_ludii_figures(args.ludii))

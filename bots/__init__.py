@@ -8,7 +8,17 @@ is imported; `load_bot` resolves a name, and unknown names raise `ValueError` li
 known ones.
 """
 
-from bots import random_bot
+from bots import alphabeta, greedy, mcts, random_bot
 from bots.base import Bot, TurnContext, bot_names, load_bot, register_bot
 
-__all__ = ["Bot", "TurnContext", "bot_names", "load_bot", "random_bot", "register_bot"]
+__all__ = [
+    "Bot",
+    "TurnContext",
+    "alphabeta",
+    "bot_names",
+    "greedy",
+    "load_bot",
+    "mcts",
+    "random_bot",
+    "register_bot",
+]
