@@ -5,9 +5,9 @@ folded and its cells written with the registry's guarded write, which overwrites
 stored models of a game unless they are already ahead of the fold (a live projector got
 there first; its models are newer). A live projector whose write is refused because the
 rebuild moved the stored seq folds the game again from its log, so once play stops every
-read model stands at its log's head. Last, cells of games that no longer exist are swept
-away (a game is registered before anything projects it, so a game registered after the
-sweep listed the keys is never touched).
+read model stands at its log's head. Meanwhile, cells of games that no longer exist are
+swept away (a game is registered before anything projects it, so a game registered after
+the sweep listed the keys is never touched).
 
 Replaying moves is CPU-bound: with `workers` > 1 forked processes take the partitions in
 turn, each with its own connection.
@@ -63,10 +63,31 @@ class RebuildStats:
 async def rebuild(
     redis: Client, keys: Keys | None = None, chunk: int = 1000, *, workers: int = 1, url: str = ""
 ) -> RebuildStats:
-    """Recompute every read model from the logs (see the module doc); then sweep."""
+    """Recompute every read model from the logs (see the module doc), and sweep."""
     keys = keys or Keys()
     parts = list(keys.all_partitions())
     stats = RebuildStats()
+    # The sweep touches only games that are not registered, the rebuild only games that
+    # are: the two go side by side.
+    sweeping = asyncio.ensure_future(sweep(redis, keys))
+    try:
+        await _rebuild_all(redis, keys, parts, chunk, workers, url, stats)
+    except BaseException:
+        sweeping.cancel()
+        raise
+    stats.swept = await sweeping
+    return stats
+
+
+async def _rebuild_all(
+    redis: Client,
+    keys: Keys,
+    parts: list[int],
+    chunk: int,
+    workers: int,
+    url: str,
+    stats: RebuildStats,
+) -> None:
     if workers <= 1 or not url or "fork" not in multiprocessing.get_all_start_methods():
         stats.add(await _rebuild_partitions(redis, keys, parts, chunk))
     else:
@@ -85,8 +106,6 @@ async def rebuild(
             )
         for part in done:
             stats.add(part)
-    stats.swept = await sweep(redis, keys)
-    return stats
 
 
 async def _shares(redis: Client, keys: Keys, parts: list[int], workers: int) -> list[list[int]]:
