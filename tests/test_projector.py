@@ -129,6 +129,25 @@ async def test_rebuild_is_byte_identical_to_the_live_projection(redis: aioredis.
     assert rebuilt == live
 
 
+async def test_rebuild_sweeps_away_the_models_of_a_game_that_is_gone(
+    redis: aioredis.Redis,
+) -> None:
+    ids = await play(redis, count=3)
+    gone = ids[1]
+    before = await snapshot(redis, KEYS)
+    assert any(gone in k for k in before)
+    await redis.zrem(KEYS.games(KEYS.partition(gone)), gone)  # unregistered, log deleted
+    await redis.delete(KEYS.log(gone))
+    stats = await rebuild(redis, KEYS)
+    assert stats.games == len(ids) - 1
+    # its view, its index entries and its bots' results: at least 1 + 3 + 2 cells
+    assert stats.swept >= 6
+    after = await snapshot(redis, KEYS)
+    assert not any(gone in k for k in after)
+    assert all(gone not in json.dumps(v, default=str) for v in after.values())
+    assert (await verify(redis, KEYS)).problems == []
+
+
 async def test_rebuild_in_worker_processes_in_small_chunks(
     redis: aioredis.Redis, redis_url: str
 ) -> None:
