@@ -37,6 +37,26 @@ async def test_a_person_plays_teeko_against_the_random_bot_to_the_end(client: Te
     assert (await view(client, created["id"], ply=0))["board"]["hands"] == [8, 8]
 
 
+async def test_a_page_of_plies_is_every_ply_view_from_one_fold(client: TestClient) -> None:
+    created = await new_game(client)
+    end = await play_out(client, created["id"], created["tokens"][0])
+    gid, total = created["id"], end["ply"]
+    views: list[dict[str, Any]] = []
+    for first in range(0, total + 1, 50):  # pages of 50, the last one past the end
+        resp = await client.get(f"/api/games/{gid}/plies?from_ply={first}&to_ply={first + 49}")
+        assert resp.status == 200
+        views += (await resp.json())["views"]
+    assert [v["ply"] for v in views] == list(range(total + 1))
+    for ply in range(total + 1):
+        assert views[ply] == await view(client, gid, ply=ply), f"ply {ply}"
+    resp = await client.get(f"/api/games/{gid}/plies?from_ply=2&to_ply=3")
+    assert [v["ply"] for v in (await resp.json())["views"]] == [2, 3]
+    resp = await client.get(f"/api/games/{gid}/plies?from_ply=0&to_ply=50")
+    assert resp.status == 400 and (await resp.json())["code"] == "bad_request"  # > a page
+    resp = await client.get("/api/games/nope/plies")
+    assert resp.status == 404 and (await resp.json())["code"] == "unknown_game"
+
+
 async def test_a_refused_move_says_why_with_the_pipelines_code(client: TestClient) -> None:
     created = await new_game(client)
     gid, token = created["id"], created["tokens"][0]

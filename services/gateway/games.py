@@ -38,6 +38,9 @@ from services.gateway.views import api_view
 from services.projector.fold import GameFold
 
 MAX_PAGE = 200
+#: The highest ply a query names; views of a replay per request (`/plies`).
+MAX_PLY = 1_000_000
+PLIES_PER_PAGE = 50
 
 
 async def create_game(request: web.Request) -> web.Response:
@@ -146,13 +149,26 @@ async def game_or_404(request: web.Request, *, fresh: bool = True) -> GameFold:
 
 async def get_game(request: web.Request) -> web.Response:
     if "ply" in request.query:
-        ply = int_param(request, "ply", 0, 0, 1_000_000)
+        ply = int_param(request, "ply", 0, 0, MAX_PLY)
         game = await request.app[appkeys.STATES].at_ply(request.match_info["id"], ply)
         if game is None:
             raise ApiError("unknown_game", f"no game {request.match_info['id']}")
     else:
         game = await game_or_404(request)
     return respond(request, api_view(game))
+
+
+async def get_plies(request: web.Request) -> web.Response:
+    """The views after plies `from_ply` to `to_ply` (at most `PLIES_PER_PAGE`), for replay."""
+    first = int_param(request, "from_ply", 0, 0, MAX_PLY)
+    last = int_param(
+        request, "to_ply", first + PLIES_PER_PAGE - 1, first, first + PLIES_PER_PAGE - 1
+    )
+    game_id = request.match_info["id"]
+    views = await request.app[appkeys.STATES].views_between(game_id, first, last)
+    if views is None:
+        raise ApiError("unknown_game", f"no game {game_id}")
+    return respond(request, {"views": views})
 
 
 def seat_of_token(game: GameFold, token: str) -> int:

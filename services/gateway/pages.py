@@ -34,6 +34,7 @@ from schemas.api import (
     GameRulesBody,
 )
 from services.gateway import appkeys
+from services.gateway.games import MAX_PLY
 from services.gateway.http import ApiError, int_param, respond
 
 WEB = Path(__file__).resolve().parent / "web"
@@ -60,7 +61,7 @@ async def lobby_page(request: web.Request) -> web.FileResponse:
 
 
 async def game_page(request: web.Request) -> web.FileResponse:
-    int_param(request, "ply", 0, 0, 1_000_000)  # a malformed ply is refused as the API does
+    int_param(request, "ply", 0, 0, MAX_PLY)  # a malformed ply is refused as the API does
     return _shell()  # the page reads the game itself, and says so if there is none
 
 

@@ -111,6 +111,17 @@ ROUTES: tuple[Route, ...] = (
         params=(GAME_ID, Param("ply", "query", {"type": "integer", "minimum": 0})),
     ),
     Route(
+        "GET", "/api/games/{id}/plies", games.get_plies,
+        "The views after a range of plies, folded in one pass (replay)",
+        answers={200: ("application/json", "{\"views\": [view, ...]}"), 400: REFUSED, 404: REFUSED},
+        params=(
+            GAME_ID,
+            Param("from_ply", "query", {"type": "integer", "minimum": 0, "maximum": games.MAX_PLY}),
+            Param("to_ply", "query", {"type": "integer", "minimum": 0, "maximum": games.MAX_PLY},
+                  f"at most {games.PLIES_PER_PAGE - 1} after from_ply"),
+        ),
+    ),
+    Route(
         "POST", "/api/games/{id}/moves", games.play, "Play a move with a seat's token",
         body=MoveBody, params=(GAME_ID,),
         answers={200: (SeqBody, "accepted"), 403: REFUSED, 409: REFUSED, 422: REFUSED},

@@ -7,9 +7,9 @@
 // list once and in order. Events are applied strictly in seq order; one that arrives early
 // waits for the gap to be read from the log. The board of the newest position is the
 // server's view (`GET /api/games/{id}`, fetched again after events); the page runs no rules.
-// The board at an earlier ply is the server's view at that ply (`?ply=N`), fetched once and
-// kept: a finished game's plies are all fetched in the background, so stepping through it
-// needs no round trip.
+// The board at an earlier ply is the server's view at that ply, fetched once and kept, a page
+// of plies per request (`/plies`, folded in one pass): a finished game's plies are all fetched
+// in the background, so stepping through it needs no round trip.
 
 import { api, ApiError, boardGeometry, tokens } from "./api.js";
 import {
@@ -25,6 +25,8 @@ import { BoardView, prepare } from "./board.js";
 import { cellsOf, clickPlan, describeMove } from "./notation.js";
 
 const PREFETCH_AT_ONCE = 4;
+// Views per request (the server's `PLIES_PER_PAGE`).
+const PLY_PAGE = 50;
 // Games longer than this prefetch only the plies within PREFETCH_AROUND of the one shown.
 const PREFETCH_ALL = 600;
 const PREFETCH_AROUND = 150;
@@ -236,23 +238,30 @@ class GamePage {
     }
   }
 
-  /** The view at a ply: kept, or fetched once (and kept). */
+  /** The view at a ply: kept, or fetched once with its page of plies (and kept). */
   viewAt(ply) {
     const kept = this.views.get(ply);
     if (kept) return Promise.resolve(kept);
-    if (!this.loading.has(ply)) {
-      const load = this.fetchView(ply).finally(() => this.loading.delete(ply));
-      this.loading.set(ply, load);
+    const first = ply - (ply % PLY_PAGE);
+    if (!this.loading.has(first)) {
+      const load = this.fetchViews(first).finally(() => this.loading.delete(first));
+      this.loading.set(first, load);
     }
-    return this.loading.get(ply);
+    return this.loading.get(first).then(() => {
+      const view = this.views.get(ply);
+      if (!view) throw new Error(`no view of ply ${ply}`);
+      return view;
+    });
   }
 
-  async fetchView(ply) {
+  /** The views of plies `first` to `first + PLY_PAGE - 1`, folded by the server in one pass. */
+  async fetchViews(first) {
+    const last = first + PLY_PAGE - 1;
     for (;;) {
       try {
-        const view = await api(`/api/games/${this.id}?ply=${ply}`);
-        this.keepView(view);
-        return view;
+        const page = await api(`/api/games/${this.id}/plies?from_ply=${first}&to_ply=${last}`);
+        for (const view of page.views) this.keepView(view);
+        return;
       } catch (err) {
         if (!(err instanceof ApiError && err.status === 429) || this.closed) throw err;
         await new Promise((r) => setTimeout(r, 1000)); // rate limited: wait and ask again
