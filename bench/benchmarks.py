@@ -21,6 +21,7 @@ from typing import Any
 
 from engine import Game, load_game
 from engine.batch import BATCHED_GAMES, batched_playouts_per_sec
+from services.options import positive_float, positive_int
 
 #: The rows of ludii-bench.tsv: every game at its defaults plus the larger or variant boards.
 PLAYOUT_ROWS: list[tuple[str, dict[str, Any]]] = [
@@ -145,7 +146,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         " and game, in seat-swapped pairs (default 100)",
     )
     parser.add_argument(
-        "--move-time", type=float, default=0.25, help="bots: seconds per move (default 0.25)"
+        "--move-time",
+        type=positive_float,
+        default=0.25,
+        help="bots: seconds per move (default 0.25)",
     )
     parser.add_argument(
         "--game",
@@ -154,7 +158,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="bots: only this game (repeatable; default all five)",
     )
     parser.add_argument(
-        "--workers", type=int, default=None, help="bots: worker processes (default one per core)"
+        "--workers",
+        type=positive_int,
+        default=None,
+        help="bots: worker processes (default one per core)",
     )
 
 

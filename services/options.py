@@ -3,8 +3,9 @@
 - `UsageError`: raise it from `run(args)` for a bad input by the user; `services.cli`
   prints `agon <command>: <message>` on stderr and exits 2 (no traceback). The message
   is one line: what is wrong and what to do.
-- `positive_int`, `non_negative_int`, `positive_float`, `non_negative_float`: argparse
-  `type=` callables, so a bad number is rejected while parsing:
+- `positive_int`, `non_negative_int`, `positive_float`, `non_negative_float`,
+  `finite_float`, `probability`: argparse `type=` callables, so a bad number is rejected
+  while parsing:
   `agon selfplay: error: argument --games: must be a whole number ≥ 1, got '-3'`.
 - `parse_options(args.option)`: the `key=value` pairs of a repeated `--option`.
 - `game_options_or_usage(name, options)`: `engine.load_game`, with its complaint about
@@ -25,12 +26,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "UsageError",
+    "finite_float",
     "game_options_or_usage",
     "non_negative_float",
     "non_negative_int",
     "parse_options",
     "positive_float",
     "positive_int",
+    "probability",
 ]
 
 
@@ -48,11 +51,15 @@ def _whole_number(text: str, least: int) -> int:
     return value
 
 
-def _number(text: str, least: float, *, strict: bool) -> float:
+def _float(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
-        value = math.nan
+        return math.nan
+
+
+def _number(text: str, least: float, *, strict: bool) -> float:
+    value = _float(text)
     if not math.isfinite(value) or value < least or (strict and value == least):
         bound = f"> {least:g}" if strict else f"≥ {least:g}"
         raise argparse.ArgumentTypeError(f"must be a finite number {bound}, got {text!r}")
@@ -77,6 +84,22 @@ def positive_float(text: str) -> float:
 def non_negative_float(text: str) -> float:
     """`type=` for a finite number of at least 0; nan and inf are refused."""
     return _number(text, 0.0, strict=False)
+
+
+def finite_float(text: str) -> float:
+    """`type=` for any finite number, negative too (`--elo0 -5`); nan and inf are refused."""
+    value = _float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def probability(text: str) -> float:
+    """`type=` for a rate strictly between 0 and 1 (`--alpha 0.05`)."""
+    value = _float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be a number between 0 and 1, got {text!r}")
+    return value
 
 
 def parse_options(pairs: Iterable[str] | None) -> dict[str, str]:

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from typing import Any
 
-from services.options import UsageError, non_negative_int
+from services.options import UsageError, finite_float, non_negative_int, probability
 from services.stats.sprt import (
     MODELS,
     Counts,
@@ -45,13 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         description="The SPRT of H0: Elo = ELO0 against H1: Elo = ELO1 for the given results.",
     )
     _add_counts(sprt)
-    sprt.add_argument("--elo0", type=_finite, required=True, help="Elo under H0")
-    sprt.add_argument("--elo1", type=_finite, required=True, help="Elo under H1 (above ELO0)")
+    sprt.add_argument("--elo0", type=finite_float, required=True, help="Elo under H0")
+    sprt.add_argument("--elo1", type=finite_float, required=True, help="Elo under H1 (above ELO0)")
     sprt.add_argument(
-        "--alpha", type=_probability, default=0.05, help="false positive rate (default 0.05)"
+        "--alpha", type=probability, default=0.05, help="false positive rate (default 0.05)"
     )
     sprt.add_argument(
-        "--beta", type=_probability, default=0.05, help="false negative rate (default 0.05)"
+        "--beta", type=probability, default=0.05, help="false negative rate (default 0.05)"
     )
     sprt.add_argument(
         "--model",
@@ -85,28 +84,6 @@ def _add_counts(parser: argparse.ArgumentParser) -> None:
 
 def _add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-
-
-def _finite(text: str) -> float:
-    """`type=` for any finite number (an Elo bound may be negative)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
-    return value
-
-
-def _probability(text: str) -> float:
-    """`type=` for an error rate: a number strictly between 0 and 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"must be a number between 0 and 1, got {text!r}")
-    return value
 
 
 def _pentanomial(text: str) -> Pentanomial:
