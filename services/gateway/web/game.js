@@ -521,7 +521,7 @@ class GamePage {
     if (current) {
       current.setAttribute("aria-current", "step");
       if (this.shown !== null || this.lastScrolled !== ply) {
-        current.scrollIntoView({ block: "nearest" });
+        scrollWithin(list, current);
         this.lastScrolled = ply;
       }
     }
@@ -658,4 +658,13 @@ function iconButton(id, path, label, onclick) {
   el.append(p);
   const attrs = { type: "button", id, class: "icon", "aria-label": label, title: label, onclick };
   return h("button", attrs, el);
+}
+
+/** Bring `item` into view inside the scrolling list `box`, never scrolling the page (on a
+ * narrow window the list does not scroll itself, and the board must stay where it is). */
+function scrollWithin(box, item) {
+  const outer = box.getBoundingClientRect();
+  const inner = item.getBoundingClientRect();
+  if (inner.top < outer.top) box.scrollTop -= outer.top - inner.top;
+  else if (inner.bottom > outer.bottom) box.scrollTop += inner.bottom - outer.bottom;
 }
