@@ -68,11 +68,13 @@ def move_played_map(
     scores_after: list[int] | None,
     colours: list[int],
     to_move: int,
+    think_ms: int,
+    timeout: bool = False,
 ) -> MovePlayedMap:
     """The map of a `MovePlayed` of trusted values, without building (and validating) the
     model: the engine's hottest event. Field by field in `MovePlayed`'s declaration order,
     so `encode_map` writes the bytes `encode(MovePlayed(...))` would (tests hold it so)."""
-    return {
+    event: MovePlayedMap = {
         "v": SCHEMA_VERSION,
         "game_id": game_id,
         "seq": seq,
@@ -87,7 +89,11 @@ def move_played_map(
         "scores_after": scores_after,
         "colours": colours,
         "to_move": to_move,
+        "think_ms": think_ms,
     }
+    if timeout:
+        event["timeout"] = True
+    return event
 
 
 def encode_map(event: EventMap) -> bytes:

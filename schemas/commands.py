@@ -27,6 +27,10 @@ from schemas.base import (
 )
 
 SeatKind = Literal["human", "bot"]
+#: What the engine does when the seat to move overruns its clock: end the game
+#: (`forfeit`) or play a random legal move for that ply (`random_move`, as Ludii's
+#: competitions did).
+TimeoutPolicy = Literal["forfeit", "random_move"]
 
 
 class SeatSpec(BaseModel):
@@ -65,6 +69,13 @@ class CreateGame(_Command):
     #: Per-move time limit in milliseconds; 0 means no limit.
     move_time_ms: Annotated[int, Field(ge=0)] = 0
     seed: int = 0
+    #: Each seat's time bank in milliseconds, drawn on by moves that overrun `move_time_ms`.
+    time_bank_ms: Annotated[int, Field(ge=0)] = 0
+    on_timeout: TimeoutPolicy = "forfeit"
+    #: A bot seat's illegal move ends the game instead of being refused.
+    forfeit_illegal: bool = False
+    #: The tournament or match the game belongs to.
+    tournament: GameId | None = None
 
 
 class SeatPlayer(_Command):
@@ -109,13 +120,16 @@ class ClaimTimeout(_Command):
 
 
 class Abort(_Command):
-    """End the game without a winner: by a seated player (`seat`, its token) or by the
-    operator (`seat` 0 with the admin token, `schemas.tokens.admin_token`)."""
+    """End the game: by a seated player (`seat`, its token; no winner, reason `abort`) or
+    by the operator (`seat` 0 with the admin token, `schemas.tokens.admin_token`) for the
+    `reason` given: `aborted` or `interrupted` (the platform's doing: no winner), or
+    `no_reply` (nobody serves the bot to move: it loses)."""
 
     type: Literal["abort"] = "abort"
     game_id: GameId
     seat: Annotated[int, Field(ge=0, le=2)]
     token: Annotated[str, Field(max_length=256)]
+    reason: Literal["aborted", "interrupted", "no_reply"] = "aborted"
 
 
 #: The most events an `ImportGame` may carry (its entry is bounded too: see
@@ -153,4 +167,5 @@ __all__ = [
     "SeatKind",
     "SeatPlayer",
     "SeatSpec",
+    "TimeoutPolicy",
 ]

@@ -11,13 +11,17 @@ Hexade's swap changes it, and the `MovePlayed` of the swap records the new map.
 Seat tokens never appear in a log: `PlayerSeated` keeps the sha256 hex of the token.
 
 A game imported from an exported log (`ImportGame`) has the original's events, re-keyed
-and re-chained; its `GameCreated` names the original in `imported_from`, a field that is
-left out of the encoding when absent, so every other event keeps its bytes.
+and re-chained; its `GameCreated` names the original in `imported_from`.
+
+Fields added after the first logs were written (`imported_from`, the clock's time bank and
+timeout policy, `forfeit_illegal`, `tournament`, a move's `timeout`, an end's `fault` and
+`overrun_ms`) are left out of the encoding while they hold their default, so the events of
+games that do not use them keep their bytes (`_Lean`).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, ClassVar, Literal, TypedDict
 
 from pydantic import Field, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
 
@@ -30,10 +34,28 @@ from schemas.base import (
     TimeMs,
     WireModel,
 )
-from schemas.commands import SeatSpec
+from schemas.commands import SeatSpec, TimeoutPolicy
 
-#: Why a game ended: the rules (`natural`), a resignation, a per-move time overrun, an abort.
-EndReason = Literal["natural", "resignation", "time_forfeit", "abort"]
+#: Why a game ended, a closed set. The rules: `natural`. A player's fault (the seat in
+#: `GameEnded.fault`): `resignation`, `time_forfeit` (with the overrun), `illegal_move` (with
+#: its text), `no_reply` (nobody serves the bot to move), `disconnect`, and `abort` by a
+#: seated player. The platform's (`PLATFORM_REASONS`): `aborted` by the operator and
+#: `interrupted`; tournaments replay such games instead of scoring them.
+EndReason = Literal[
+    "natural",
+    "resignation",
+    "time_forfeit",
+    "illegal_move",
+    "no_reply",
+    "disconnect",
+    "abort",
+    "aborted",
+    "interrupted",
+]
+#: Ends that are the platform's fault, not a player's: the game is not scored.
+PLATFORM_REASONS: frozenset[str] = frozenset({"aborted", "interrupted"})
+#: Ends with no result: neither a win nor a draw.
+NO_RESULT_REASONS: frozenset[str] = frozenset({"abort", *PLATFORM_REASONS})
 #: Colours held by seats 1 and 2, in that order.
 Colours = Annotated[list[int], Field(min_length=2, max_length=2)]
 Scores = Annotated[list[int], Field(min_length=2, max_length=2)] | None
@@ -47,8 +69,30 @@ class EventBase(WireModel):
     prev_hash: Annotated[str, Field(pattern=r"^([0-9a-f]{64})?$")]
 
 
-class GameCreated(EventBase):
-    """A game exists: what is played, by which seats, under which clock and engine."""
+class _Lean(EventBase):
+    """An event whose `LEAN` fields are left out of the encoding while at their default."""
+
+    LEAN: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_defaults(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        fields = type(self).model_fields
+        for name in self.LEAN:
+            if name in data and data[name] == fields[name].default:
+                del data[name]
+        return data
+
+
+class GameCreated(_Lean):
+    """A game exists: what is played, by which seats, under which clock and engine.
+
+    The clock: `move_time_ms` per move, and a bank of `time_bank_ms` per seat that a move
+    overrunning its limit draws on (Kaggle's overage); a seat to move must move by the time
+    of the event that gave it the turn + `move_time_ms` + what is left of its bank.
+    """
 
     type: Literal["game_created"] = "game_created"
     game: str
@@ -59,17 +103,17 @@ class GameCreated(EventBase):
     seed: int
     engine_version: str
     #: For a game imported from an exported log (`ImportGame`): the original game's id.
-    #: Absent from the encoding when None, so ordinary games keep their bytes.
     imported_from: GameId | None = None
+    #: Each seat's time bank in milliseconds (0: none).
+    time_bank_ms: Annotated[int, Field(ge=0)] = 0
+    on_timeout: TimeoutPolicy = "forfeit"
+    #: A bot seat's illegal or unreadable move ends the game (`illegal_move`) instead of
+    #: being refused; tournaments set it. People always get a refusal.
+    forfeit_illegal: bool = False
+    #: The tournament (or match) the game belongs to.
+    tournament: GameId | None = None
 
-    @model_serializer(mode="wrap")
-    def _omit_absent_origin(
-        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
-    ) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        if data.get("imported_from", 0) is None:
-            del data["imported_from"]
-        return data
+    LEAN = ("imported_from", "time_bank_ms", "on_timeout", "forfeit_illegal", "tournament")
 
 
 class PlayerSeated(EventBase):
@@ -90,11 +134,14 @@ class GameStarted(EventBase):
     colours: Colours
 
 
-class MovePlayed(EventBase):
+class MovePlayed(_Lean):
     """A move: `ply` is its 0-based index in the game, as in the conformance data.
 
     `to_move` is the seat to move next, or 0 when the move ended the game (a
-    `GameEnded` follows in the same append).
+    `GameEnded` follows in the same append). `think_ms` is the time the move took as the
+    server measured it: from the event that gave the seat its turn to the move's arrival in
+    the command stream. `timeout` marks a random move the engine played for a seat that
+    overran its clock (policy `random_move`).
     """
 
     type: Literal["move_played"] = "move_played"
@@ -105,13 +152,19 @@ class MovePlayed(EventBase):
     scores_after: Scores
     colours: Colours
     to_move: Annotated[int, Field(ge=0, le=2)]
+    think_ms: Annotated[int, Field(ge=0)] = 0
+    timeout: bool = False
+
+    LEAN = ("timeout",)
 
 
-class GameEnded(EventBase):
+class GameEnded(_Lean):
     """The end: `result` is the winning seat or 0 for a draw (and for an abort).
 
     `detail` is the engine's outcome reason for a natural end (e.g. "line",
     "no-moves", "move-limit"), else a short text on the resignation, timeout or abort.
+    `fault` is the seat whose fault the end is (0: nobody's, or the platform's) and
+    `overrun_ms`, for a time forfeit, how far past its deadline the claim arrived.
     """
 
     type: Literal["game_ended"] = "game_ended"
@@ -119,6 +172,10 @@ class GameEnded(EventBase):
     scores: Scores
     reason: EndReason
     detail: str = ""
+    fault: Annotated[int, Field(ge=0, le=2)] = 0
+    overrun_ms: Annotated[int, Field(ge=0)] = 0
+
+    LEAN = ("fault", "overrun_ms")
 
 
 Event = Annotated[
@@ -128,6 +185,8 @@ Event = Annotated[
 
 __all__ = [
     "EVENT_MAPS",
+    "NO_RESULT_REASONS",
+    "PLATFORM_REASONS",
     "Colours",
     "EndReason",
     "Event",
@@ -142,6 +201,7 @@ __all__ = [
     "MovePlayedMap",
     "PlayerSeated",
     "PlayerSeatedMap",
+    "TimeoutPolicy",
 ]
 
 
@@ -163,12 +223,17 @@ class SeatSpecMap(TypedDict):
     name: str
 
 
-class _ImportedFrom(TypedDict, total=False):
-    #: only in the `GameCreated` of an imported game
+# Lean fields (`_Lean`) are in a map only when not at their default, and `think_ms` is not
+# in the moves of logs written before it was recorded: these maps' keys are optional.
+class _GameCreatedLean(TypedDict, total=False):
     imported_from: str
+    time_bank_ms: int
+    on_timeout: TimeoutPolicy
+    forfeit_illegal: bool
+    tournament: str
 
 
-class GameCreatedMap(_EventMapBase, _ImportedFrom):
+class GameCreatedMap(_EventMapBase, _GameCreatedLean):
     type: Literal["game_created"]
     game: str
     options: dict[str, str]
@@ -192,7 +257,12 @@ class GameStartedMap(_EventMapBase):
     colours: list[int]
 
 
-class MovePlayedMap(_EventMapBase):
+class _MovePlayedLean(TypedDict, total=False):
+    think_ms: int
+    timeout: bool
+
+
+class MovePlayedMap(_EventMapBase, _MovePlayedLean):
     type: Literal["move_played"]
     ply: int
     seat: int
@@ -203,7 +273,12 @@ class MovePlayedMap(_EventMapBase):
     to_move: int
 
 
-class GameEndedMap(_EventMapBase):
+class _GameEndedLean(TypedDict, total=False):
+    fault: int
+    overrun_ms: int
+
+
+class GameEndedMap(_EventMapBase, _GameEndedLean):
     type: Literal["game_ended"]
     result: int
     scores: list[int] | None

@@ -11,8 +11,8 @@ the same atomic write that sends the claim, so a failed write never loses a cloc
 
 A bot nobody serves must not hold a game for ever: a bot's turn in a game without a clock
 is watched too ("<id>|<seq>|watch" in the clock zset, due after `unserved_ms`); when it
-comes due and no worker of that bot has a fresh heartbeat, the operator aborts the game
-(an `Abort` with the admin token), else the watch is set again.
+comes due and no worker of that bot has a fresh heartbeat, the game ends as the bot's
+`no_reply` (an operator's `Abort` with the admin token), else the watch is set again.
 
 What it needs of a game (options, seats, moves) is the shared fold (`GameFold`, without
 the engine position) of the feed, cached; on a miss or a gap the game is folded from its
@@ -309,4 +309,5 @@ class Dispatcher(StreamConsumer):
             game_id=gid,
             seat=0,
             token=admin_token(self.secret),
+            reason="no_reply",
         )

@@ -49,7 +49,13 @@ from schemas.codec import (
     unpack,
 )
 from schemas.commands import MAX_IMPORT_EVENTS, ImportGame
-from schemas.events import GameCreated, GameEnded, MovePlayed, PlayerSeated
+from schemas.events import (
+    NO_RESULT_REASONS,
+    GameCreated,
+    GameEnded,
+    MovePlayed,
+    PlayerSeated,
+)
 from services.bus.clients import LogEntry
 from services.projector.verify import chain_problems, replay_problems
 
@@ -273,7 +279,7 @@ def _header(name: str, value: object) -> str:
 
 
 def _result(ended: GameEnded | None) -> str:
-    if ended is None or ended.reason == "abort":
+    if ended is None or ended.reason in NO_RESULT_REASONS:
         return "*"
     return {1: "1-0", 2: "0-1"}.get(ended.result, "1/2-1/2")
 

@@ -40,6 +40,7 @@ from rich.text import Text
 from engine import Move
 from engine.boards import Board
 from schemas.codec import unpack_event
+from schemas.events import NO_RESULT_REASONS
 from services.bus.clients import LogEntry, QueryClient
 from services.bus.connection import TRANSIENT_ERRORS, RedisUnavailable, connect, redact
 from services.bus.keys import Keys
@@ -374,7 +375,7 @@ def _status(fold: GameFold) -> str:
     if result is None:
         return f"to move: seat {fold.to_move} ({PIECE[fold.colour_of(fold.to_move)]})"
     reason = result["reason"] + (f": {result['detail']}" if result["detail"] else "")
-    if result["reason"] == "abort":
+    if result["reason"] in NO_RESULT_REASONS:
         return f"result: aborted ({reason})"
     if not result["winner"]:
         return f"result: draw ({reason})"

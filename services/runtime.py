@@ -38,6 +38,7 @@ from bots import bot_names, load_bot
 from bots.worker import BotWorker
 from engine import game_names
 from schemas.commands import CreateGame, SeatSpec
+from schemas.events import NO_RESULT_REASONS
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import TRANSIENT_ERRORS, Client, RedisUnavailable, connect, redact
 from services.bus.consumer import StreamConsumer
@@ -257,7 +258,7 @@ async def collect(redis: Client, keys: Keys, game_ids: Sequence[str]) -> Selfpla
             continue
         result.finished += 1
         end = view["result"]
-        if end["reason"] == "abort":
+        if end["reason"] in NO_RESULT_REASONS:
             outcomes["aborted"] += 1
         else:
             outcomes["draw" if end["winner"] == 0 else f"seat {end['winner']} won"] += 1

@@ -629,6 +629,94 @@ async def test_claim_timeout_only_after_the_deadline(
     assert (end.result, end.reason, end.time) == (2, "time_forfeit", 1_002_001)
 
 
+async def test_a_time_bank_pays_for_overruns_and_every_move_records_its_time(
+    h: Harness, make_engine: Callable[..., EngineService]
+) -> None:
+    now = [1_000_000]
+    engine = make_engine(clock=lambda: now[0])
+    await h.create("g1", move_time_ms=1000, time_bank_ms=500)
+    await engine.drain()  # seq 4: started at 1_000_000, seat 1 to move
+    (s1, m1), (s2, m2), (s3, _) = random_moves("teeko", seed=3)[0][:3]
+    assert (s1, s2, s3) == (1, 2, 1)
+
+    now[0] += 1300  # 300 ms over the limit: drawn from seat 1's bank, 200 ms left
+    first = await h.send(h.move("g1", 1, m1, 4))
+    await engine.drain()
+    assert (await h.reply(first)).seq == 5
+    now[0] += 100
+    await h.send(h.move("g1", 2, m2, 5))
+    await engine.drain()
+    moves = [e for e in await h.log("g1") if isinstance(e, MovePlayed)]
+    assert [(m.seat, m.think_ms) for m in moves] == [(1, 1300), (2, 100)]
+
+    def claim() -> ClaimTimeout:
+        return ClaimTimeout(command_id=h.cid(), reply_to=h.reply_to, game_id="g1", expected_seq=6)
+
+    now[0] += 1150  # the limit is past, but 50 ms of the bank are left
+    early = await h.send(claim())
+    await engine.drain()
+    assert "50 ms left" in (await h.reply(early)).message
+    now[0] += 53
+    late = await h.send(claim())
+    await engine.drain()
+    assert (await h.reply(late)).seq == 7
+    end = (await h.log("g1"))[-1]
+    assert isinstance(end, GameEnded)
+    assert (end.result, end.reason, end.fault, end.overrun_ms) == (2, "time_forfeit", 1, 3)
+
+
+async def test_the_random_move_policy_plays_for_a_seat_that_overran(
+    h: Harness, make_engine: Callable[..., EngineService]
+) -> None:
+    now = [1_000_000]
+    engine = make_engine(clock=lambda: now[0])
+    for gid in ("r1", "r2"):
+        await h.create(gid, move_time_ms=1000, on_timeout="random_move", seed=7)
+    await engine.drain()
+    now[0] += 1500
+    for gid in ("r1", "r2"):
+        await h.send(ClaimTimeout(command_id=h.cid(), game_id=gid, expected_seq=4))
+    await engine.drain()
+    played = [(await h.log(gid))[-1] for gid in ("r1", "r2")]
+    for move in played:
+        assert isinstance(move, MovePlayed), move
+        assert (move.seat, move.think_ms, move.timeout, move.to_move) == (1, 1500, True, 2)
+    # Drawn from the game's seed and ply: the same in both games, and a legal move.
+    assert played[0].move == played[1].move
+    state = load_game("teeko").new_initial_state()
+    assert played[0].move in {str(m) for m in state.legal_moves()}
+    # The game goes on, and seat 2's clock runs from the random move.
+    now[0] += 999
+    early = await h.send(
+        ClaimTimeout(command_id=h.cid(), reply_to=h.reply_to, game_id="r1", expected_seq=5)
+    )
+    await engine.drain()
+    assert "1 ms left" in (await h.reply(early)).message
+    now[0] += 2
+    await h.send(ClaimTimeout(command_id=h.cid(), game_id="r1", expected_seq=5))
+    await engine.drain()
+    second = (await h.log("r1"))[-1]
+    assert isinstance(second, MovePlayed) and (second.seat, second.timeout) == (2, True)
+
+
+async def test_an_illegal_bot_move_forfeits_only_where_the_game_says_so(
+    h: Harness, engine: EngineService
+) -> None:
+    await h.create("strict", forfeit_illegal=True)
+    await h.create("lenient")
+    await engine.drain()
+    lenient = await h.send(h.move("lenient", 1, "Z9", 4))
+    strict = await h.send(h.move("strict", 1, "Z9", 4))
+    await engine.drain()
+    assert (await h.reply(lenient)).code in ("invalid_move", "illegal_move")
+    assert len(await h.log("lenient")) == 4  # refused: nothing appended
+    assert (await h.reply(strict)).seq == 5
+    end = (await h.log("strict"))[-1]
+    assert isinstance(end, GameEnded)
+    assert (end.result, end.reason, end.fault) == (2, "illegal_move", 1)
+    assert "'Z9'" in end.detail
+
+
 async def test_resign_and_abort(h: Harness, engine: EngineService) -> None:
     for gid in ("g1", "g2", "g3"):
         await h.create(gid, game="supply-chains")
@@ -649,10 +737,10 @@ async def test_resign_and_abort(h: Harness, engine: EngineService) -> None:
     assert (await h.reply(forged)).code == "bad_token"
     assert (await h.reply(not_admin)).code == "bad_token"
     ends = [(await h.log(g))[-1] for g in ("g1", "g2", "g3")]
-    assert [(e.result, e.reason) for e in ends] == [
-        (1, "resignation"),
-        (0, "abort"),
-        (0, "abort"),
+    assert [(e.result, e.reason, e.fault) for e in ends] == [
+        (1, "resignation", 2),
+        (0, "aborted", 0),  # the operator's doing: the platform's, not a seat's
+        (0, "abort", 1),
     ]
     assert ends[0].scores == [0, 0]  # supply chains scores exist from the start
     assert ends[1].detail == "aborted by the operator"

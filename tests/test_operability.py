@@ -386,7 +386,9 @@ async def test_the_dispatcher_aborts_a_game_whose_bot_nobody_serves(
     view = await QueryClient(redis, keys).view(gid)
     assert view is not None
     assert view["status"] == "ended", view
-    assert view["result"]["reason"] == "abort", view
+    assert view["result"]["reason"] == "no_reply", view
+    # Seat 1 was to move (Teeko's first mover), and nobody serves it: its fault, it loses.
+    assert view["result"]["winner"] == 2 and view["result"]["fault"] == 1, view
 
 
 async def test_the_dispatcher_does_not_abort_a_game_whose_bot_is_served(

@@ -25,6 +25,7 @@ from schemas.codec import (
     move_played_map,
     reply_address,
     schemas,
+    unpack,
 )
 from schemas.commands import (
     Abort,
@@ -90,7 +91,44 @@ EVENTS: list[BaseModel] = [
         to_move=1,
     ),
     GameEnded(**EV, seq=5, prev_hash=H, result=0, scores=[3, 3], reason="natural", detail="x"),
+    # every lean field away from its default
+    GameCreated(
+        **EV,
+        seq=1,
+        prev_hash="",
+        game="teeko",
+        options={},
+        seats=[SeatSpec(kind="bot", name="a"), SeatSpec(kind="bot", name="b")],
+        move_time_ms=100,
+        seed=1,
+        engine_version="1",
+        imported_from="g0",
+        time_bank_ms=500,
+        on_timeout="random_move",
+        forfeit_illegal=True,
+        tournament="t1",
+    ),
+    GameEnded(
+        **EV,
+        seq=9,
+        prev_hash=H,
+        result=1,
+        scores=None,
+        reason="time_forfeit",
+        fault=2,
+        overrun_ms=75,
+    ),
 ]
+
+
+def test_lean_fields_are_encoded_only_away_from_their_default() -> None:
+    # Logs written before these fields existed keep their bytes: an event that does not use
+    # them encodes without them, and one that does carries every one.
+    for model in EVENTS:
+        stored = unpack(encode(model))
+        for name in getattr(model, "LEAN", ()):
+            at_default = getattr(model, name) == type(model).model_fields[name].default
+            assert (name in stored) is not at_default, (type(model).__name__, name)
 
 
 @pytest.mark.parametrize("model", COMMANDS, ids=lambda m: type(m).__name__)
@@ -110,9 +148,33 @@ def test_events_round_trip_with_stable_bytes(model: BaseModel) -> None:
 @pytest.mark.parametrize(
     "fields",
     [
-        {"scores_after": None, "colours": [1, 2], "to_move": 2, "move": "C4", "ply": 0},
-        {"scores_after": [3, 11], "colours": [2, 1], "to_move": 0, "move": "swap", "ply": 41},
-        {"scores_after": [0, 0], "colours": [1, 2], "to_move": 1, "move": "xé3", "ply": 7},
+        {
+            "scores_after": None,
+            "colours": [1, 2],
+            "to_move": 2,
+            "move": "C4",
+            "ply": 0,
+            "think_ms": 0,
+            "timeout": False,
+        },
+        {
+            "scores_after": [3, 11],
+            "colours": [2, 1],
+            "to_move": 0,
+            "move": "swap",
+            "ply": 41,
+            "think_ms": 1234,
+            "timeout": False,
+        },
+        {
+            "scores_after": [0, 0],
+            "colours": [1, 2],
+            "to_move": 1,
+            "move": "xé3",
+            "ply": 7,
+            "think_ms": 250,
+            "timeout": True,
+        },
     ],
 )
 def test_the_engines_fast_encoders_write_the_models_bytes(fields: dict[str, Any]) -> None:
@@ -141,6 +203,8 @@ def test_the_engines_fast_encoders_write_the_models_bytes(fields: dict[str, Any]
         fields["scores_after"],
         fields["colours"],
         fields["to_move"],
+        fields["think_ms"],
+        fields["timeout"],
     )
     fast = encode_map(event)
     assert fast == encode(model) and decode_event(fast) == model
@@ -324,6 +388,10 @@ def test_the_event_map_types_name_exactly_the_models_fields() -> None:
     for model, mapping in EVENT_MAPS.items():
         keys = mapping.__required_keys__ | mapping.__optional_keys__
         assert set(keys) == set(model.model_fields), model
-        # Only a field left out of the encoding when absent may be optional in the map.
-        assert mapping.__optional_keys__ == ({"imported_from"} if model is GameCreated else set())
+        # Only a field left out of the encoding at its default (and `think_ms`, which logs
+        # written before it lack) may be optional in the map.
+        lean = set(getattr(model, "LEAN", ()))
+        if model is MovePlayed:
+            lean.add("think_ms")
+        assert mapping.__optional_keys__ == lean, model
     assert set(SeatSpecMap.__required_keys__) == set(SeatSpec.model_fields)

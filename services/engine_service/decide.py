@@ -18,6 +18,7 @@ the new id and re-chained (`services.export`).
 from __future__ import annotations
 
 import hmac
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -205,18 +206,19 @@ class Rules:
             self._play(out, cmd, now, arrived)
         elif isinstance(cmd, Resign):
             self._check_token(rec, cmd.seat, cmd.token)
-            self._end(out, cmd, now, 3 - cmd.seat, "resignation", f"seat {cmd.seat} resigned")
+            self._end(
+                out,
+                cmd,
+                now,
+                3 - cmd.seat,
+                "resignation",
+                f"seat {cmd.seat} resigned",
+                fault=cmd.seat,
+            )
         elif isinstance(cmd, ClaimTimeout):
             self._timeout(out, cmd, now, arrived)
         elif isinstance(cmd, Abort):
-            if cmd.seat == 0:
-                if not hmac.compare_digest(cmd.token, self._admin):
-                    raise Reject("bad_token", "the admin token does not match")
-                who = "the operator"
-            else:
-                self._check_token(rec, cmd.seat, cmd.token)
-                who = f"seat {cmd.seat}"
-            self._end(out, cmd, now, 0, "abort", f"aborted by {who}")
+            self._abort(out, cmd, now)
         return out
 
     # -- one method per command ----------------------------------------------------------
@@ -241,6 +243,10 @@ class Rules:
             move_time_ms=cmd.move_time_ms,
             seed=cmd.seed,
             engine_version=ENGINE_VERSION,
+            time_bank_ms=cmd.time_bank_ms,
+            on_timeout=cmd.on_timeout,
+            forfeit_illegal=cmd.forfeit_illegal,
+            tournament=cmd.tournament,
         )
         data = encode(created)
         out = Decision(GameRecord.new(created, data), [data])
@@ -335,7 +341,6 @@ class Rules:
                 "too_late",
                 f"the move arrived {arrived - deadline} ms after seat {to_move}'s deadline",
             )
-        colour, ply = state.current_player, state.ply
         # The rules' notation memo (shared with every fold of these rules) holds canonical
         # texts only, so a command in canonical notation, as bots send, skips the parser.
         text = cmd.move
@@ -347,30 +352,53 @@ class Rules:
                 text = str(move)
                 if text == cmd.move:
                     fold.actions[text] = action
-            state.apply_legal(action, text)
-        except InvalidMoveError as exc:
-            raise Reject("invalid_move", str(exc)) from None
-        except IllegalMoveError as exc:
-            raise Reject("illegal_move", str(exc)) from None
+            self._apply(out, cmd, now, action, text, arrived - fold.updated)
+        except (InvalidMoveError, IllegalMoveError) as exc:
+            code: RejectCode = "illegal_move"
+            if isinstance(exc, InvalidMoveError):
+                code = "invalid_move"
+            if not (rec.created.forfeit_illegal and fold.seats[cmd.seat - 1]["kind"] == "bot"):
+                raise Reject(code, str(exc)) from None
+            detail = f"seat {cmd.seat} played {cmd.move!r}: {exc}"
+            self._end(out, cmd, now, 3 - cmd.seat, "illegal_move", detail, fault=cmd.seat)
+
+    def _apply(
+        self,
+        out: Decision,
+        cmd: Command,
+        now: int,
+        action: int,
+        text: str,
+        think_ms: int,
+        timeout: bool = False,
+    ) -> None:
+        """Play `action` (`text`, canonical) for the seat to move: its `MovePlayed`, and
+        the `GameEnded` if it ends the game. Raises, changing nothing, if it is illegal."""
+        rec = out.record
+        fold = rec.fold
+        state = rec.state
+        seat, colour, ply = state.seat_to_move, state.current_player, state.ply
+        state.apply_legal(action, text)
         # The move is in: from here on `rec` carries it. The log keeps canonical notation.
         # Every value below comes from the checked command and the engine's own state, so
         # the event is encoded without building (and validating) a model: this is the
         # hot path. tests/test_engine_service.py holds the bytes to the model's encoding.
-        to_move = state.seat_to_move
         after = state.scores()
         event = move_played_map(
             fold.game_id,
-            head + 1,
+            fold.seq + 1,
             now,
             cmd.command_id,
             rec.last_hash,
             ply,
-            cmd.seat,
+            seat,
             colour,
             text,
             None if after is None else list(after),
             rec.colours(),
-            to_move,
+            state.seat_to_move,
+            max(0, think_ms),
+            timeout,
         )
         data = encode_map(event)
         fold.played(event)
@@ -396,10 +424,36 @@ class Rules:
         deadline = rec.deadline
         if arrived <= deadline:
             raise Reject("illegal_move", f"seat {rec.to_move} had {deadline - arrived} ms left")
+        late, overrun = rec.to_move, arrived - deadline
+        if rec.created.on_timeout == "random_move":
+            # Ludii's competitions: a random legal move for the ply, drawn from the game's
+            # seed and the ply, so a replay of the log makes the same one.
+            state = rec.state
+            legal = [str(m) for m in state.legal_moves()]
+            text = random.Random(f"{rec.created.seed}:{state.ply}").choice(sorted(legal))
+            action = state.game.action_of(Move.parse(text))
+            self._apply(out, cmd, now, action, text, arrived - rec.last_time, timeout=True)
+            return
+        detail = f"seat {late} did not move within its time ({overrun} ms over)"
+        self._end(out, cmd, now, 3 - late, "time_forfeit", detail, fault=late, overrun_ms=overrun)
+
+    def _abort(self, out: Decision, cmd: Abort, now: int) -> None:
+        rec = out.record
+        if cmd.seat:
+            self._check_token(rec, cmd.seat, cmd.token)
+            self._end(out, cmd, now, 0, "abort", f"aborted by seat {cmd.seat}", fault=cmd.seat)
+            return
+        if not hmac.compare_digest(cmd.token, self._admin):
+            raise Reject("bad_token", "the admin token does not match")
+        if cmd.reason != "no_reply":
+            self._end(out, cmd, now, 0, cmd.reason, f"{cmd.reason} by the operator")
+            return
         late = rec.to_move
-        self._end(
-            out, cmd, now, 3 - late, "time_forfeit", f"seat {late} did not move within {limit} ms"
-        )
+        if not late:
+            raise Reject("not_your_turn", f"game {cmd.game_id} has nobody to move")
+        name = rec.fold.seats[late - 1]["name"]
+        detail = f"nobody serves {name}, the bot to move in seat {late}"
+        self._end(out, cmd, now, 3 - late, "no_reply", detail, fault=late)
 
     # -- helpers -------------------------------------------------------------------------
     def _check_token(self, rec: GameRecord, seat: int, token: str) -> None:
@@ -427,12 +481,24 @@ class Rules:
         reason: EndReason,
         detail: str,
         scores: list[int] | bool | None = True,
+        *,
+        fault: int = 0,
+        overrun_ms: int = 0,
     ) -> None:
         """The game ends with `scores` (True: the position's; a natural end passes the
-        rules' final ones)."""
+        rules' final ones), by the fault of seat `fault` (0: nobody's)."""
         final = out.record.scores() if scores is True else scores
         self._emit(
-            out, cmd, now, GameEnded, result=winner, scores=final, reason=reason, detail=detail
+            out,
+            cmd,
+            now,
+            GameEnded,
+            result=winner,
+            scores=final,
+            reason=reason,
+            detail=detail,
+            fault=fault,
+            overrun_ms=overrun_ms,
         )
 
     @staticmethod

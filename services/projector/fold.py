@@ -55,6 +55,8 @@ class GameFold:
     token_hashes: dict[int, str] = field(default_factory=dict)
     #: move text -> action code, shared by every game with the same rules and options
     actions: dict[str, int] = field(default_factory=dict)
+    #: what is left of each seat's time bank (ms); empty when the game has none
+    banks: list[int] = field(default_factory=list)
 
     @classmethod
     def start(cls, ev: EventMap, *, replay: bool = True, keep_moves: bool = False) -> GameFold:
@@ -86,6 +88,9 @@ class GameFold:
         if state is not None:
             scores = state.scores()
             proj.scores = None if scores is None else list(scores)
+        bank = ev.get("time_bank_ms", 0)
+        if bank and ev["move_time_ms"]:
+            proj.banks = [bank] * len(seats)
         proj.seq = ev["seq"]
         proj.updated = ev["time"]
         return proj
@@ -107,6 +112,7 @@ class GameFold:
         state = self.state
         actions = self.actions
         moves = self.moves if self.keep_moves else None
+        banked = bool(self.banks)
         seq = self.seq
         last_move: MovePlayedMap | None = None
         ev: EventMap | None = None
@@ -123,6 +129,8 @@ class GameFold:
                     state.apply_action(action)
                 if moves is not None:
                     moves.append(ev["move"])
+                if banked:
+                    self._draw(ev)
                 last_move = ev
                 continue
             if last_move is not None:
@@ -153,6 +161,9 @@ class GameFold:
                 "detail": ev.get("detail", ""),
                 "scores": ev["scores"],
             }
+            for lean in ("fault", "overrun_ms"):  # only when set: other views keep bytes
+                if ev.get(lean):
+                    self.result[lean] = ev[lean]
             if ev["scores"] is not None:
                 self.scores = list(ev["scores"])
         else:
@@ -172,15 +183,28 @@ class GameFold:
             raise ValueError(f"game {self.game_id}: event seq {ev['seq']} after {self.seq}")
         if self.keep_moves:
             self.moves.append(ev["move"])
+        if self.banks:
+            self._draw(ev)
         self._moved(ev)
         self.seq = ev["seq"]
         self.updated = ev["time"]
 
+    def _draw(self, ev: MovePlayedMap) -> None:
+        """A move that took longer than the per-move limit draws the rest from its bank."""
+        over = ev.get("think_ms", 0) - self.created["move_time_ms"]
+        if over > 0:
+            seat = ev["seat"] - 1
+            self.banks[seat] = max(0, self.banks[seat] - over)
+
     @property
     def deadline(self) -> int:
-        """When the seat to move must have moved (ms; 0: no clock, or nobody to move)."""
+        """When the seat to move must have moved (ms; 0: no clock, or nobody to move): the
+        time of the head event + the per-move limit + what is left of the seat's bank."""
         limit = self.created["move_time_ms"]
-        return self.updated + limit if limit and self.status == "playing" else 0
+        if not limit or self.status != "playing":
+            return 0
+        bank = self.banks[self.to_move - 1] if self.banks and self.to_move else 0
+        return self.updated + limit + bank
 
     def colour_of(self, seat: int) -> int:
         colour: int = self.seats[seat - 1]["colour"]
@@ -217,8 +241,13 @@ class GameFold:
             "updated": self.updated,
             "deadline": self.deadline,
         }
+        # Only games that use these carry them: the views of others keep their bytes.
         if "imported_from" in c:
-            view["imported_from"] = c["imported_from"]  # only imported games: others keep bytes
+            view["imported_from"] = c["imported_from"]
+        if self.banks:
+            view["banks_ms"] = self.banks
+        if "tournament" in c:
+            view["tournament"] = c["tournament"]
         if self.error:
             view["error"] = self.error
         state = self.state

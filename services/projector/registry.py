@@ -29,6 +29,7 @@ import msgpack
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
+from schemas.events import NO_RESULT_REASONS
 from services.bus.clients import STATUSES
 from services.bus.connection import Client, scan_keys
 from services.bus.keys import Keys
@@ -137,7 +138,7 @@ class BotResults:
 
 def _outcome(game: GameFold, seat: int) -> str:
     result = game.result or {}
-    if result.get("reason") == "abort":
+    if result.get("reason") in NO_RESULT_REASONS:
         return "aborted"
     winner = result.get("winner", 0)
     if winner == 0:
