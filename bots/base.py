@@ -47,12 +47,23 @@ def bot_names() -> list[str]:
 
 
 def load_bot(name: str) -> Bot:
-    """A fresh instance of the built-in bot called `name`."""
+    """A fresh instance of the built-in bot called `name`.
+
+    "<bot>.<label>" (e.g. "random.2") is another player that plays as the built-in <bot>:
+    how a tournament seats several of one kind.
+    """
+    base = name if name in _REGISTRY else name.partition(".")[0]
     try:
-        factory = _REGISTRY[name]
+        factory = _REGISTRY[base]
     except KeyError:
-        raise ValueError(f"unknown bot {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
-    return factory()
+        known = ", ".join(sorted(_REGISTRY))
+        raise ValueError(
+            f"unknown bot {name!r}; known: {known} (or <bot>.<label> for another of one)"
+        ) from None
+    bot = factory()
+    if base != name:
+        bot.name = name
+    return bot
 
 
 __all__ = ["Bot", "TurnContext", "bot_names", "load_bot", "register_bot"]

@@ -16,6 +16,7 @@ Handled turns are trimmed from the inbox.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -95,10 +96,26 @@ class BotWorker(StreamConsumer):
                 # Only the dispatcher writes inboxes: there is nobody to answer.
                 await self.set_aside(entry, f"{exc.code}: {exc.message}")
         current = await self._current(requests)
-        answers = await asyncio.to_thread(lambda: [self._answer(r) for r in current])
-        commands = [c for c in answers if c is not None]
-        await self.commands.send(commands)
-        self.moves_sent += len(commands)
+        loop = asyncio.get_running_loop()
+        sent: list[concurrent.futures.Future[None]] = []
+
+        def think() -> None:
+            # One turn after another, each move sent the moment it is chosen; turn i of k
+            # may think until (i + 1) / k of its time is gone, so the last is not starved.
+            start = self.clock()
+            current.sort(key=lambda r: r.deadline or 2**62)
+            for i, req in enumerate(current):
+                share = 0
+                if req.deadline:
+                    share = start + (req.deadline - start) * (i + 1) // len(current)
+                command = self._answer(req, share)
+                if command is not None:
+                    coro = self.commands.send([command])
+                    sent.append(asyncio.run_coroutine_threadsafe(coro, loop))
+
+        await asyncio.to_thread(think)
+        await asyncio.gather(*(asyncio.wrap_future(f) for f in sent))
+        self.moves_sent += len(sent)
         await self.reader.ack(entries)
 
     async def _current(self, requests: list[TurnRequest]) -> list[TurnRequest]:
@@ -114,11 +131,14 @@ class BotWorker(StreamConsumer):
         self.stale += len(requests) - len(out)
         return out
 
-    def _answer(self, req: TurnRequest) -> PlayMove | None:
-        """The bot's move as a command, or None when the bot has none that can be sent."""
+    def _answer(self, req: TurnRequest, deadline: int = 0) -> PlayMove | None:
+        """The bot's move as a command, or None when the bot has none that can be sent.
+
+        The bot is told `deadline` (its share of the turn's time), else the turn's own."""
         try:
             state = self._position(req)
-            move = self.bot.choose(state, TurnContext(req.game_id, req.seat, req.seq, req.deadline))
+            context = TurnContext(req.game_id, req.seat, req.seq, deadline or req.deadline)
+            move = self.bot.choose(state, context)
             return PlayMove(
                 command_id=f"{self.bot.name}:{req.game_id}:{req.seq}",
                 game_id=req.game_id,

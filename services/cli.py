@@ -33,6 +33,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "verify-export": ("services.export_cmd", "check an exported game log offline: chain, replay"),
     "replay": ("services.replay_cmd", "step through a game's log (Redis or an export) as text"),
     "stats": ("services.stats_cmd", "Elo, error bars, LOS and the SPRT for given results"),
+    "tournament": ("services.tournament_cmd", "create, run, follow or cancel a tournament"),
+    "match": ("services.tournament_cmd:MATCH", "play pairs of games until the SPRT decides"),
     "engine": ("services.runtime:ENGINE", "run one engine service (validate, append, reply)"),
     "projector": ("services.runtime:PROJECTOR", "run one projector (read models from the feeds)"),
     "dispatcher": ("services.runtime:DISPATCHER", "run one dispatcher (turn requests, clocks)"),

@@ -39,9 +39,10 @@ from bots.worker import BotWorker
 from engine import game_names
 from schemas.commands import CreateGame, SeatSpec
 from schemas.events import NO_RESULT_REASONS
+from schemas.tournaments import TournamentSpec, new_tournament_id
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import TRANSIENT_ERRORS, Client, RedisUnavailable, connect, redact
-from services.bus.consumer import StreamConsumer
+from services.bus.consumer import StreamConsumer, now_ms
 from services.bus.keys import Keys
 from services.dispatcher import Dispatcher
 from services.engine_service import EngineService, settle_heap
@@ -56,6 +57,8 @@ from services.options import (
 )
 from services.projector import Projector, compare_read_models, rebuild, snapshot, verify
 from services.redis_embedded import add_service_arguments, redis_url_or_embedded, setup_logging
+from services.tournament.director import Director
+from services.tournament.store import TournamentStore
 
 log = logging.getLogger("agon.runtime")
 
@@ -67,7 +70,8 @@ GameSpec = tuple[str, dict[str, str]]
 
 
 class ServiceSet:
-    """Engine services, the projector, the dispatcher and bot workers, run as tasks.
+    """Engine services, the projector, the dispatcher, bot workers and the tournament
+    director, run as tasks.
 
     A short `block_ms` keeps shutdown quick: every loop checks the stop flag that often.
     """
@@ -81,6 +85,7 @@ class ServiceSet:
         engines: int = 1,
         block_ms: int = 100,
         claim_idle_ms: int = 30_000,
+        director: bool = True,
     ) -> None:
         self.redis = redis
         self.keys = keys
@@ -95,6 +100,7 @@ class ServiceSet:
             BotWorker(redis, b, keys, block_ms=block_ms, claim_idle_ms=idle)
             for b in sorted(set(bots))
         ]
+        self.director = Director(redis, keys) if director else None
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -108,6 +114,9 @@ class ServiceSet:
         runners: list[Callable[[asyncio.Event], Coroutine[Any, Any, None]]] = [
             s.run for s in self.services()
         ]
+        if self.director is not None:
+            await self.director.setup()
+            runners.append(self.director.run)
         self._tasks = [asyncio.create_task(run(self._stop)) for run in runners]
 
     async def drain(self, max_rounds: int = 100_000) -> int:
@@ -124,6 +133,8 @@ class ServiceSet:
             for worker in self.workers:
                 done += await worker.drain()
             done += await self.projector.drain()
+            if self.director is not None:
+                done += await self.director.drain()
             if not done:
                 return handled
             handled += done
@@ -611,6 +622,26 @@ def port_number(text: str) -> int:
     return value
 
 
+async def _demo_tournament(
+    args: argparse.Namespace, redis: Client, keys: Keys, bots: Sequence[str]
+) -> None:
+    """A short round robin of Teeko between the bots served (at most three), to watch in the
+    page while it plays."""
+    field = [b for b in ("random", "greedy", "mcts") if b in bots] or list(bots)[:3]
+    if len(field) < 2:
+        return
+    tid = new_tournament_id()
+    spec = TournamentSpec(
+        format="round-robin", game="teeko", bots=field, move_time_ms=200, concurrency=4,
+        name="demo",
+    )  # fmt: skip
+    await TournamentStore(redis, keys).create(tid, spec, now_ms())
+    print(
+        f"agon up: a demo tournament plays: http://{args.host}:{args.port}/tournaments/{tid}",
+        flush=True,
+    )
+
+
 async def _up_until_stopped(
     args: argparse.Namespace,
     services: ServiceSet,
@@ -621,6 +652,7 @@ async def _up_until_stopped(
 ) -> int:
     try:
         if args.demo:
+            await _demo_tournament(args, redis, keys, bots)
             specs: list[GameSpec] = [(n, {}) for n in game_names()]
             demo_bots = [bots[0], bots[-1]]
             started = time.perf_counter()

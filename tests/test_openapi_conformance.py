@@ -40,7 +40,7 @@ def gateway_url(redis_server: EmbeddedRedis) -> Iterator[str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     up = subprocess.Popen(
         [sys.executable, "-m", "services.cli", "up", "--redis-url", url, "--prefix",
-         "agon-openapi", "--port", str(port)],
+         "agon-openapi", "--port", str(port), "--rate-limit", "100000"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"

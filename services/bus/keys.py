@@ -20,6 +20,11 @@ Layout, for prefix "agon" and partition p:
     agon:{p}:proj:seen                  projector: hash game id -> last projected seq
     agon:{p}:index:...                  projector: game index zsets (status, game, player, time)
     agon:{p}:botresults:<bot>           projector: one bot's results
+    agon:{p}:results:<game>             projector: hash game id -> result record, per rules
+    agon:{p}:tresults:<tournament>      projector: hash game id -> result record, per tournament
+    agon:tour:{<id>}:log                a tournament's (or match's) events; entry id "<seq>-0"
+    agon:tournaments                    zset tournament id -> creation time (ms)
+    agon:tournaments:active             zset of the tournaments a director still runs
     agon:bot:{<bot>}:turns              a bot's inbox; group `workers`
     agon:readers:dead                   feed and inbox entries set aside by their readers
     agon:replies:<name>                 a reply stream (e.g. one per gateway or CLI process)
@@ -154,6 +159,28 @@ class Keys:
 
     def bot_results(self, p: int, bot: str) -> str:
         return f"{self._p(p)}:botresults:{bot}"
+
+    def results(self, p: int, game: str) -> str:
+        return f"{self._p(p)}:results:{game}"
+
+    def tournament_results(self, p: int, tournament_id: str) -> str:
+        return f"{self._p(p)}:tresults:{tournament_id}"
+
+    def results_pattern(self) -> str:
+        return self.any_partition("results:*")
+
+    def tournament_results_pattern(self) -> str:
+        return self.any_partition("tresults:*")
+
+    # -- tournaments -------------------------------------------------------------------
+    def tournament_log(self, tournament_id: str) -> str:
+        return f"{self.prefix}:tour:{{{tournament_id}}}:log"
+
+    def tournaments(self) -> str:
+        return f"{self.prefix}:tournaments"
+
+    def active_tournaments(self) -> str:
+        return f"{self.prefix}:tournaments:active"
 
     def any_partition(self, rest: str) -> str:
         """A SCAN pattern for `rest` (itself a pattern) in every partition."""

@@ -33,6 +33,7 @@ from schemas.api import (
     CatalogueBody,
     GameRulesBody,
 )
+from schemas.tournaments import TOURNAMENT_ID_RE
 from services.gateway import appkeys
 from services.gateway.games import MAX_PLY
 from services.gateway.http import ApiError, int_param, respond
@@ -63,6 +64,15 @@ async def lobby_page(request: web.Request) -> web.FileResponse:
 async def game_page(request: web.Request) -> web.FileResponse:
     int_param(request, "ply", 0, 0, MAX_PLY)  # a malformed ply is refused as the API does
     return _shell()  # the page reads the game itself, and says so if there is none
+
+
+async def tournaments_page(request: web.Request) -> web.FileResponse:
+    """The tournament list, one tournament (`/tournaments/{id}`), or the leaderboards
+    (`/leaderboards`): the same shell, routed in the page."""
+    tid = request.match_info.get("id")
+    if tid is not None and not TOURNAMENT_ID_RE.fullmatch(tid):
+        raise ApiError("not_found", f"{tid!r} is no tournament id")
+    return _shell()
 
 
 async def asset(request: web.Request) -> web.FileResponse:

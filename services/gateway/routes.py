@@ -30,7 +30,8 @@ from schemas.api import (
     ResignBody,
     SeqBody,
 )
-from services.gateway import appkeys, bots, games, pages, sockets
+from schemas.tournaments import TournamentSpec
+from services.gateway import appkeys, bots, games, pages, sockets, tournaments
 from services.gateway.http import respond
 
 Handler = Any
@@ -60,6 +61,9 @@ class Route:
 
 
 GAME_ID = Param("id", "path", {"type": "string", "pattern": r"^[A-Za-z0-9_.-]{1,64}$"}, "", True)
+TOURNAMENT_ID = Param(
+    "id", "path", {"type": "string", "pattern": r"^[A-Za-z0-9_-]{1,24}$"}, "", True
+)
 SINCE = Param("since", "query", {"type": "integer", "minimum": 0}, "the last seq already seen")
 REFUSED = (ErrorBody, "refused: the code says why")
 ASSET = r"^[a-z0-9_-]{1,64}\.(js|css|html)$"
@@ -170,6 +174,40 @@ ROUTES: tuple[Route, ...] = (
         tag="sockets", bearer=True, answers={101: (None, "switching protocols")},
     ),
     Route(
+        "GET", "/api/tournaments", tournaments.list_tournaments,
+        "Tournaments and matches, newest first", tag="tournaments",
+        answers={200: ("application/json", "{\"tournaments\": [summary, ...]}")},
+    ),
+    Route(
+        "POST", "/api/tournaments", tournaments.create_tournament,
+        "Create a tournament or match (the operator: the admin token as bearer)",
+        body=TournamentSpec, tag="tournaments", bearer=True,
+        answers={201: ("application/json", "{\"id\"}"), 401: REFUSED, 422: REFUSED},
+    ),
+    Route(
+        "GET", "/api/tournaments/{id}", tournaments.get_tournament,
+        "Standings, crosstable, pairs, terminations, health, ratings (and a match's SPRT)",
+        params=(TOURNAMENT_ID,), tag="tournaments",
+        answers={200: ("application/json", "the report"), 404: REFUSED},
+    ),
+    Route(
+        "GET", "/api/tournaments/{id}/standings.csv", tournaments.standings_file,
+        "The standings as CSV", params=(TOURNAMENT_ID,), tag="tournaments",
+        answers={200: ("text/csv", "standings"), 404: REFUSED},
+    ),
+    Route(
+        "POST", "/api/tournaments/{id}/cancel", tournaments.cancel_tournament,
+        "Cancel a tournament (the operator): its games still going are aborted",
+        params=(TOURNAMENT_ID,), tag="tournaments", bearer=True,
+        answers={200: ("application/json", "its summary"), 401: REFUSED, 404: REFUSED},
+    ),
+    Route(
+        "GET", "/api/leaderboards/{game}", tournaments.leaderboard,
+        "Glicko-2 ratings of the players of a game, per option set", tag="tournaments",
+        params=(Param("game", "path", {"type": "string", "pattern": BOARD}, "", True),),
+        answers={200: ("application/json", "the boards"), 404: REFUSED},
+    ),
+    Route(
         "GET", "/health", health, "Whether the gateway reaches Redis", tag="operations",
         answers={200: (HealthBody, "up"), 503: (HealthBody, "Redis unreachable")},
     ),
@@ -189,6 +227,21 @@ ROUTES: tuple[Route, ...] = (
         "GET", "/games/{id}", pages.game_page,
         "The web page: a game's board (replay from ply N with ?ply=N)", tag="page",
         params=(GAME_ID, Param("ply", "query", {"type": "integer", "minimum": 0})),
+        answers={200: ("text/html", "the page")},
+    ),
+    Route(
+        "GET", "/tournaments", pages.tournaments_page,
+        "The web page: tournaments and matches", tag="page",
+        answers={200: ("text/html", "the page")},
+    ),
+    Route(
+        "GET", "/tournaments/{id}", pages.tournaments_page,
+        "The web page: a tournament's standings and crosstable, or a match's LLR", tag="page",
+        params=(TOURNAMENT_ID,), answers={200: ("text/html", "the page"), 404: REFUSED},
+    ),
+    Route(
+        "GET", "/leaderboards", pages.tournaments_page,
+        "The web page: Glicko-2 leaderboards per game", tag="page",
         answers={200: ("text/html", "the page")},
     ),
     Route(

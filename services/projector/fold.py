@@ -57,6 +57,8 @@ class GameFold:
     actions: dict[str, int] = field(default_factory=dict)
     #: what is left of each seat's time bank (ms); empty when the game has none
     banks: list[int] = field(default_factory=list)
+    #: per seat, the think time of each of its moves (ms), as the moves recorded it
+    think: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))
 
     @classmethod
     def start(cls, ev: EventMap, *, replay: bool = True, keep_moves: bool = False) -> GameFold:
@@ -113,6 +115,7 @@ class GameFold:
         actions = self.actions
         moves = self.moves if self.keep_moves else None
         banked = bool(self.banks)
+        think = self.think
         seq = self.seq
         last_move: MovePlayedMap | None = None
         ev: EventMap | None = None
@@ -129,6 +132,7 @@ class GameFold:
                     state.apply_action(action)
                 if moves is not None:
                     moves.append(ev["move"])
+                think[ev["seat"] - 1].append(ev.get("think_ms", 0))
                 if banked:
                     self._draw(ev)
                 last_move = ev
@@ -183,6 +187,7 @@ class GameFold:
             raise ValueError(f"game {self.game_id}: event seq {ev['seq']} after {self.seq}")
         if self.keep_moves:
             self.moves.append(ev["move"])
+        self.think[ev["seat"] - 1].append(ev.get("think_ms", 0))
         if self.banks:
             self._draw(ev)
         self._moved(ev)

@@ -34,7 +34,7 @@ from services.bus.clients import STATUSES
 from services.bus.connection import Client, scan_keys
 from services.bus.keys import Keys
 from services.bus.scripts import Script
-from services.projector.fold import GameFold
+from services.projector.fold import GameFold, dumps
 
 Kind = Literal["string", "zset", "hash"]
 
@@ -146,8 +146,55 @@ def _outcome(game: GameFold, seat: int) -> str:
     return "wins" if winner == seat else "losses"
 
 
+def result_record(game: GameFold) -> str:
+    """A finished game's result as the competition read models keep it (canonical JSON;
+    `services.tournament.results.game_result` reads it back)."""
+    result = game.result or {}
+    created = game.created
+    record: dict[str, Any] = {
+        "game_id": game.game_id,
+        "game": created["game"],
+        "options": sorted(created["options"].items()),
+        "players": [s["name"] for s in game.seats],
+        "winner": result.get("winner", 0),
+        "reason": result.get("reason", ""),
+        "fault": result.get("fault", 0),
+        "ended": game.updated,
+        "think_ms": list(game.think),
+    }
+    if "tournament" in created:
+        record["tournament"] = created["tournament"]
+    return dumps(record).decode()
+
+
+class Results:
+    """Finished games' result records, for leaderboards and ratings (`results:<game>`, every
+    game with both seats named) and for tournaments (`tresults:<tournament>`)."""
+
+    name = "results"
+    kind: Kind = "hash"
+
+    def patterns(self, keys: Keys) -> list[str]:
+        return [keys.results_pattern(), keys.tournament_results_pattern()]
+
+    def cells(self, keys: Keys, game: GameFold) -> list[Cell]:
+        p = keys.partition(game.game_id)
+        gid = game.game_id
+        named = all(s["name"] for s in game.seats)
+        tournament = game.created.get("tournament")
+        if not named and tournament is None:
+            return []
+        record = result_record(game) if game.status == "ended" else None
+        out = []
+        if named:
+            out.append(Cell("hash", keys.results(p, game.created["game"]), gid, record))
+        if tournament is not None:
+            out.append(Cell("hash", keys.tournament_results(p, tournament), gid, record))
+        return out
+
+
 #: Every read model. The projector's own bookkeeping (`proj:seen`) is kept beside them.
-READ_MODELS: list[ReadModel] = [GameViews(), GameIndex(), BotResults()]
+READ_MODELS: list[ReadModel] = [GameViews(), GameIndex(), BotResults(), Results()]
 
 
 def all_patterns(keys: Keys) -> list[tuple[str, Kind]]:

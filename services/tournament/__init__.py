@@ -1,0 +1,1 @@
+"""Tournaments and matches: pairings, the event-sourced aggregate, its store and director."""

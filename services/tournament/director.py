@@ -1,0 +1,186 @@
+"""The tournament director: plays every active tournament's schedule as ordinary games.
+
+Each pass, for each active tournament: fold its log, read the last event of each pending
+game's log, let the aggregate decide (results, replays, the next round, the end), append
+what it decided after the head it folded, then create scheduled games up to the
+tournament's concurrency. The director keeps nothing it cannot fold again: game ids are
+derived from the schedule and `CreateGame` is idempotent (its command id and game id are
+the schedule's), so killing it anywhere and starting it again loses, doubles and re-pairs
+nothing; two directors at once only race for appends, and the loser folds again.
+A cancelled tournament's games still going are aborted by the operator (`aborted`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from schemas.codec import FIELD_BYTES, unpack
+from schemas.commands import Abort, CreateGame, SeatSpec
+from schemas.tokens import admin_token
+from schemas.tournaments import TournamentEnded
+from services.bus.clients import CommandClient
+from services.bus.connection import Client
+from services.bus.consumer import now_ms
+from services.bus.keys import Keys
+from services.bus.secret import shared_secret
+from services.tournament.aggregate import End, Tournament, decide
+from services.tournament.store import TournamentStore
+
+log = logging.getLogger("agon.director")
+
+#: How often a running director looks at its tournaments.
+EVERY_S = 0.2
+
+
+class Director:
+    """Runs the active tournaments (or only `only`) until stopped."""
+
+    role = "director"
+
+    def __init__(
+        self,
+        redis: Client,
+        keys: Keys | None = None,
+        *,
+        only: str | None = None,
+        secret: bytes | None = None,
+        every_s: float = EVERY_S,
+    ) -> None:
+        self.redis = redis
+        self.keys = keys or Keys()
+        self.store = TournamentStore(redis, self.keys)
+        self.commands = CommandClient(redis, self.keys)
+        self.only = only
+        self.secret = secret or b""
+        self.every_s = every_s
+        self.games_created = 0
+        self.events_appended = 0
+
+    async def setup(self) -> None:
+        if not self.secret:
+            self.secret = await shared_secret(self.redis, self.keys)
+
+    def stats(self) -> dict[str, int]:
+        return {"games_created": self.games_created, "events": self.events_appended}
+
+    async def run(self, stop: asyncio.Event) -> None:
+        log.info("director ready: %s", self.only or "every active tournament")
+        while not stop.is_set():
+            try:
+                await self.drain()
+            except Exception:  # a bad pass must not end the director: log it, go on
+                log.exception("director: a pass failed; trying again")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.every_s)
+
+    async def drain(self) -> int:
+        """One pass over the tournaments; the number of events appended and games created."""
+        ids = [self.only] if self.only else await self.store.ids(active=True)
+        done = 0
+        for tid in ids:
+            done += await self.advance(tid)
+        return done
+
+    async def advance(self, tournament_id: str) -> int:
+        t = await self.store.load(tournament_id)
+        if t is None:
+            await self.store.retire(tournament_id)
+            return 0
+        if t.ended is not None:
+            return await self._wind_up(t)
+        head = t.seq
+        pending = t.pending()
+        last = await self._last_events([g.game_id for g in pending])
+        ends = {
+            gid: End(ev["result"], ev["reason"], ev.get("fault", 0))
+            for gid, ev in last.items()
+            if ev is not None and ev["type"] == "game_ended"
+        }
+        events = decide(t, ends, now_ms())
+        if not await self.store.append(t.id, head, events):
+            return 0  # another writer moved the log on: fold again next pass
+        self.events_appended += len(events)
+        for ev in events:
+            if isinstance(ev, TournamentEnded):
+                log.info("tournament %s ended: %s %s", t.id, ev.reason, ev.detail)
+        if t.ended is not None:
+            return len(events) + await self._wind_up(t)
+        return len(events) + await self._create(t, {gid for gid, ev in last.items() if ev})
+
+    async def _last_events(self, game_ids: Sequence[str]) -> dict[str, Any]:
+        """Each game's newest event as a map (None: the game has no log yet)."""
+        if not game_ids:
+            return {}
+        pipe = self.redis.pipeline(transaction=False)
+        for gid in game_ids:
+            pipe.xrevrange(self.keys.log(gid), "+", "-", count=1)
+        out: dict[str, Any] = {}
+        for gid, rows in zip(game_ids, await pipe.execute(), strict=True):
+            out[gid] = unpack(rows[0][1][FIELD_BYTES]) if rows else None
+        return out
+
+    async def _create(self, t: Tournament, existing: set[str]) -> int:
+        """Create scheduled games, in order, while fewer than the concurrency are going."""
+        spec = t.spec
+        pending = t.pending()
+        going = sum(1 for g in pending if g.game_id in existing)
+        todo = [g for g in pending if g.game_id not in existing][: max(0, spec.concurrency - going)]
+        commands = [
+            CreateGame(
+                command_id=f"tour:{g.game_id}",
+                game_id=g.game_id,
+                game=spec.game,
+                options=spec.options,
+                seats=[SeatSpec(kind="bot", name=name) for name in g.seats],
+                move_time_ms=spec.move_time_ms,
+                seed=g.seed,
+                time_bank_ms=spec.time_bank_ms,
+                on_timeout=spec.on_timeout,
+                forfeit_illegal=True,
+                tournament=t.id,
+            )
+            for g in todo
+        ]
+        await self.commands.send(commands)
+        self.games_created += len(commands)
+        return len(commands)
+
+    async def _wind_up(self, t: Tournament) -> int:
+        """An ended tournament: abort its games still going (a cancel), stop running it."""
+        pending = t.pending()
+        last = await self._last_events([g.game_id for g in pending])
+        going = [gid for gid, ev in last.items() if ev is not None and ev["type"] != "game_ended"]
+        token = admin_token(self.secret)
+        await self.commands.send(
+            [Abort(command_id=f"cancel:{gid}", game_id=gid, seat=0, token=token) for gid in going]
+        )
+        await self.store.retire(t.id)
+        return len(going)
+
+
+async def cancel(store: TournamentStore, tournament_id: str, why: str = "") -> Tournament:
+    """End a tournament as cancelled (its director aborts its games still going)."""
+    for _ in range(20):
+        t = await store.load(tournament_id)
+        if t is None:
+            raise KeyError(tournament_id)
+        if t.ended is not None:
+            return t
+        ev = TournamentEnded(
+            tournament_id=t.id,
+            seq=t.seq + 1,
+            time=now_ms(),
+            reason="cancelled",
+            detail=why or "cancelled by the operator",
+        )
+        if await store.append(t.id, t.seq, [ev]):
+            t.apply(ev)
+            await store.index(t.id, t.created.time)  # let a director wind it up
+            return t
+        await asyncio.sleep(0.01 + 0.01 * time.monotonic() % 0.02)
+    raise RuntimeError(f"tournament {tournament_id}: the log kept moving; try again")

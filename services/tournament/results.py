@@ -1,0 +1,209 @@
+"""A tournament's results and the leaderboards, read from the results read models.
+
+The records are the projector's (`registry.Results`: one per finished game, in its
+partition); this module reads them from every partition and turns them into what people
+look at, through the pure functions of `services.stats.results`: standings with
+tie-breaks, the crosstable, terminations and faults, per-bot health, each pair's Elo with
+error bars, LOS and pentanomial counts, Glicko-2 ratings, and a match's SPRT.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from services.bus.connection import Client
+from services.bus.keys import Keys
+from services.stats.results import (
+    GameResult,
+    crosstable,
+    faults,
+    health,
+    pair_stats,
+    ratings,
+    standings,
+    terminations,
+)
+from services.stats.sprt import Pentanomial, Sprt
+from services.tournament.aggregate import Tournament
+
+
+def parse_record(data: bytes, pairs: dict[str, tuple[str, int]] | None = None) -> GameResult:
+    """A result record (`registry.result_record`) as a `GameResult`; `pairs` gives each
+    game's encounter and round, from the tournament's log."""
+    r = json.loads(data)
+    pair, rnd = (pairs or {}).get(r["game_id"], ("", 0))
+    think = r["think_ms"]
+    return GameResult(
+        game_id=r["game_id"],
+        game=r["game"],
+        options=tuple((k, v) for k, v in r["options"]),
+        players=(r["players"][0], r["players"][1]),
+        winner=r["winner"],
+        reason=r["reason"],
+        ended_ms=r["ended"],
+        think_ms=(tuple(think[0]), tuple(think[1])),
+        pair=pair,
+        round=rnd,
+        fault=r.get("fault", 0),
+    )
+
+
+async def _records(redis: Client, keys: Sequence[str]) -> list[bytes]:
+    pipe = redis.pipeline(transaction=False)
+    for key in keys:
+        pipe.hvals(key)
+    return [v for values in await pipe.execute() for v in values]
+
+
+async def tournament_results(redis: Client, keys: Keys, t: Tournament) -> list[GameResult]:
+    """Every finished game of `t`, from the read models, in the order they ended."""
+    pairs = {gid: (s.scheduled.encounter, s.scheduled.round) for gid, s in t.games.items()}
+    records = await _records(
+        redis, [keys.tournament_results(p, t.id) for p in keys.all_partitions()]
+    )
+    out = [parse_record(r, pairs) for r in records]
+    return sorted(out, key=lambda r: (r.ended_ms, r.game_id))
+
+
+async def game_results(redis: Client, keys: Keys, game: str) -> list[GameResult]:
+    """Every finished game of the rules `game` between two named players."""
+    records = await _records(redis, [keys.results(p, game) for p in keys.all_partitions()])
+    return sorted((parse_record(r) for r in records), key=lambda r: (r.ended_ms, r.game_id))
+
+
+def leaderboards(results: Sequence[GameResult], now_ms: int | None = None) -> list[dict[str, Any]]:
+    """Glicko-2 leaderboards per rules and options, as JSON-ready rows."""
+    return [
+        {
+            "game": game,
+            "options": dict(options),
+            "rows": [asdict(row) for row in rows],
+        }
+        for (game, options), rows in sorted(ratings(results, now_ms=now_ms).items())
+    ]
+
+
+def report(t: Tournament, results: Sequence[GameResult]) -> dict[str, Any]:
+    """Everything a tournament page shows, JSON-ready."""
+    spec = t.spec
+    counted = [r for r in results if r.counts]
+    table = standings(counted, spec.bots, t.scored_byes())
+    cross = crosstable(counted)
+    pairs = []
+    for i, a in enumerate(spec.bots):
+        for b in spec.bots[i + 1 :]:
+            stats = pair_stats(counted, a, b)
+            if stats.games:
+                pairs.append(_pair(stats))
+    pending = t.pending()
+    out: dict[str, Any] = {
+        "id": t.id,
+        "spec": spec.model_dump(mode="json"),
+        "created": t.created.time,
+        "status": "ended" if t.ended else "running",
+        "ended": None if t.ended is None else t.ended.model_dump(include={"reason", "detail"}),
+        "rounds": len(t.rounds),
+        "games": {
+            "scheduled": len(t.games),
+            "finished": len(t.games) - len(pending),
+            "pending": len(pending),
+        },
+        "schedule": [
+            {
+                "game_id": s.scheduled.game_id,
+                "round": s.scheduled.round,
+                "seats": s.scheduled.seats,
+                "replay_of": s.scheduled.replay_of,
+                "result": None if s.recorded is None else s.recorded.winner,
+                "reason": None if s.recorded is None else s.recorded.reason,
+            }
+            for s in t.games.values()
+        ],
+        "byes": t.byes(),
+        "standings": [asdict(s) for s in table],
+        "crosstable": {a: {b: asdict(cell) for b, cell in row.items()} for a, row in cross.items()},
+        "terminations": terminations(results),
+        "faults": faults(results),
+        "health": {name: asdict(h) for name, h in health(results).items()},
+        "pairs": pairs,
+        "ratings": leaderboards(counted),
+    }
+    if spec.sprt is not None:
+        out["sprt"] = _sprt_trajectory(t, counted)
+    return out
+
+
+def _pair(stats: Any) -> dict[str, Any]:
+    elo = stats.elo
+    return {
+        "a": stats.a,
+        "b": stats.b,
+        "wins": stats.wins,
+        "losses": stats.losses,
+        "draws": stats.draws,
+        "penta": list(stats.penta),
+        "elo": None if elo is None else elo.elo,
+        "elo_error": None if elo is None else elo.elo_error,
+        "los": None if elo is None else elo.los,
+    }
+
+
+def _sprt_trajectory(t: Tournament, counted: Sequence[GameResult]) -> dict[str, Any]:
+    """A match's LLR after each complete pair, in the order pairs completed."""
+    spec = t.spec
+    assert spec.sprt is not None
+    s = spec.sprt
+    test = Sprt(s.elo0, s.elo1, s.alpha, s.beta, s.model)
+    a = spec.bots[0]
+    by_pair: dict[str, list[GameResult]] = {}
+    for r in counted:
+        by_pair.setdefault(r.pair, []).append(r)
+    done = sorted(
+        (games for games in by_pair.values() if len(games) == 2),
+        key=lambda games: max(g.ended_ms for g in games),
+    )
+    penta = [0] * 5
+    llrs = []
+    for games in done:
+        points = sum(g.score(g.seat_of(a) or 1) for g in games)
+        penta[int(points * 2)] += 1
+        llrs.append(
+            test.status(Pentanomial((penta[0], penta[1], penta[2], penta[3], penta[4]))).llr
+        )
+    status = test.status(Pentanomial((penta[0], penta[1], penta[2], penta[3], penta[4])))
+    return {
+        "elo0": s.elo0,
+        "elo1": s.elo1,
+        "alpha": s.alpha,
+        "beta": s.beta,
+        "model": s.model,
+        "llr": status.llr,
+        "lower": status.lower_bound,
+        "upper": status.upper_bound,
+        "verdict": str(status.verdict),
+        "penta": penta,
+        "trajectory": llrs,
+    }
+
+
+def _penta(counts: list[int]) -> Pentanomial:
+    return Pentanomial((counts[0], counts[1], counts[2], counts[3], counts[4]))
+
+
+CSV_FIELDS = ("rank", "name", "points", "games", "wins", "losses", "draws", "buchholz",
+              "sonneborn_berger")  # fmt: skip
+
+
+def standings_csv(rep: dict[str, Any]) -> str:
+    """The standings of a `report` as CSV, one row per player."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rep["standings"]:
+        writer.writerow(row)
+    return out.getvalue()

@@ -1,0 +1,407 @@
+"""`agon tournament create|run|status|standings|cancel|list` and `agon match`.
+
+`run` creates a tournament (or, with `--id`, picks up an existing one: that is how a
+stopped one resumes) and directs it in this process until it ends, with a progress bar and
+the live standings; then it prints the crosstable and the ratings. Without `--redis-url` it
+runs a private Redis and every service (engine, projector, dispatcher, the bots' workers)
+in this process too; with one it drives that deployment (`--services all` adds them here).
+`match A B --sprt ELO0,ELO1` is a tournament of pairs that stops when the SPRT decides,
+and prints a line after every pair. `--json` prints the final report as JSON instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from pydantic import ValidationError
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from bots import load_bot
+from engine import game_names
+from schemas.tournaments import FORMATS, SprtSpec, TournamentSpec, new_tournament_id
+from services.bus.connection import Client
+from services.bus.consumer import now_ms
+from services.bus.keys import Keys
+from services.options import (
+    UsageError,
+    finite_float,
+    game_options_or_usage,
+    non_negative_float,
+    parse_options,
+    positive_float,
+    positive_int,
+    probability,
+)
+from services.redis_embedded import add_service_arguments
+from services.stats.sprt import MODELS
+from services.tournament.aggregate import Tournament
+from services.tournament.director import Director, cancel
+from services.tournament.results import report, standings_csv, tournament_results
+from services.tournament.store import TournamentExists, TournamentStore
+
+#: How often `run` redraws.
+REFRESH_S = 0.5
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="tournament_command", required=True, metavar="ACTION")
+    create = sub.add_parser("create", help="create a tournament (a director plays it)")
+    run = sub.add_parser("run", help="create (or with --id resume) a tournament and direct it")
+    for p in (create, run):
+        add_service_arguments(p)
+        _spec_arguments(p, required=p is create)
+        p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    run.add_argument("--id", help="resume this tournament instead of creating one")
+    _services_argument(run)
+    for name, text in (
+        ("status", "a tournament's progress"),
+        ("standings", "standings, crosstable, pairs and ratings"),
+        ("cancel", "cancel a tournament: its games still going are aborted"),
+    ):
+        p = sub.add_parser(name, help=text)
+        add_service_arguments(p)
+        p.add_argument("id", help="the tournament id")
+        p.add_argument("--json", action="store_true", help="print JSON")
+        if name == "standings":
+            p.add_argument("--csv", action="store_true", help="print the standings as CSV")
+    listing = sub.add_parser("list", help="every tournament, newest first")
+    add_service_arguments(listing)
+    listing.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _spec_arguments(p: argparse.ArgumentParser, *, required: bool) -> None:
+    p.add_argument("--format", choices=[f for f in FORMATS if f != "match"], required=required)
+    p.add_argument("--game", choices=game_names(), required=required, help="the game played")
+    _game_arguments(p)
+    p.add_argument("--bots", help="players, comma separated (a gauntlet: the challenger first)")
+    p.add_argument("--rounds", type=positive_int, default=1, help="cycles or rounds (default 1)")
+
+
+def _game_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--option", action="append", default=[], help="game option key=value")
+    p.add_argument(
+        "--move-time", type=positive_float, default=1.0, help="seconds per move (default 1)"
+    )
+    p.add_argument(
+        "--time-bank", type=non_negative_float, default=0.0, help="seconds of bank per seat"
+    )
+    p.add_argument(
+        "--on-timeout",
+        choices=("forfeit", "random_move"),
+        default="forfeit",
+        help="a seat that overruns loses (forfeit, default) or gets a random move",
+    )
+    p.add_argument("--concurrency", type=positive_int, default=4, help="games at once")
+    p.add_argument("--seed", type=int, default=0, help="the seed of every game's seed")
+
+
+def _services_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--services",
+        choices=("auto", "all", "none"),
+        default="auto",
+        help="run the engine, projector, dispatcher and bot workers here (all), or drive a "
+        "deployment that runs them (none); auto: all without --redis-url, else none",
+    )
+
+
+def add_match_arguments(parser: argparse.ArgumentParser) -> None:
+    add_service_arguments(parser)
+    parser.add_argument("a", help="the bot tested")
+    parser.add_argument("b", help="its opponent")
+    parser.add_argument("--game", choices=game_names(), required=True)
+    _game_arguments(parser)
+    parser.add_argument("--sprt", required=True, help="ELO0,ELO1: the hypotheses, e.g. 0,10")
+    parser.add_argument("--alpha", type=probability, default=0.05)
+    parser.add_argument("--beta", type=probability, default=0.05)
+    parser.add_argument("--model", choices=MODELS, default="normalized")
+    parser.add_argument("--max-pairs", type=positive_int, default=1000)
+    parser.add_argument("--id", help="resume this match instead of starting one")
+    parser.add_argument("--json", action="store_true", help="print the final report as JSON")
+    _services_argument(parser)
+
+
+# -- building a spec ----------------------------------------------------------------------------
+def _spec(args: argparse.Namespace, fmt: str, bots: list[str], **extra: Any) -> TournamentSpec:
+    options = parse_options(args.option)
+    game_options_or_usage(args.game, options)
+    for bot in bots:
+        try:
+            load_bot(bot)
+        except ValueError as exc:  # an outside bot may play too: it needs no worker here
+            if args.services != "none" and not args.redis_url:
+                raise UsageError(f"{exc}; outside bots need a deployment (--redis-url)") from None
+    try:
+        return TournamentSpec(
+            format=fmt,  # type: ignore[arg-type]
+            game=args.game,
+            options=options,
+            bots=bots,
+            move_time_ms=round(args.move_time * 1000),
+            time_bank_ms=round(args.time_bank * 1000),
+            on_timeout=args.on_timeout,
+            concurrency=args.concurrency,
+            seed=args.seed,
+            **extra,
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise UsageError(f"bad tournament: {first['msg']}") from None
+
+
+def _bots(text: str | None) -> list[str]:
+    bots = [b.strip() for b in (text or "").split(",") if b.strip()]
+    if len(bots) < 2:
+        raise UsageError("--bots wants at least two names, comma separated")
+    return bots
+
+
+def _sprt(args: argparse.Namespace) -> SprtSpec:
+    parts = args.sprt.split(",")
+    if len(parts) != 2:
+        raise UsageError(f"--sprt wants ELO0,ELO1, e.g. 0,10; got {args.sprt!r}")
+    try:
+        elo0, elo1 = (finite_float(p) for p in parts)
+        return SprtSpec(elo0=elo0, elo1=elo1, alpha=args.alpha, beta=args.beta, model=args.model)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"--sprt {args.sprt}: {exc}") from None
+    except ValidationError as exc:
+        raise UsageError(f"--sprt {args.sprt}: {exc.errors()[0]['msg']}") from None
+
+
+# -- running ------------------------------------------------------------------------------------
+def run(args: argparse.Namespace) -> int:
+    from services.runtime import _with_redis
+
+    action = getattr(args, "tournament_command", "match")
+    if action in ("create", "run", "match") and not getattr(args, "id", None):
+        if action == "match":
+            spec = _spec(
+                args, "match", [args.a, args.b], sprt=_sprt(args), max_pairs=args.max_pairs
+            )
+        else:
+            if args.format is None or args.game is None:
+                raise UsageError("a new tournament needs --format, --game and --bots")
+            spec = _spec(args, args.format, _bots(args.bots), rounds=args.rounds)
+    else:
+        spec = None
+    if action in ("run", "match"):
+        services = args.services == "all" or (args.services == "auto" and not args.redis_url)
+        return _with_redis(
+            args,
+            lambda redis, keys, url, stop: _run(redis, keys, stop, args, spec, services),
+            serving=True,
+        )
+
+    async def body(redis: Client, keys: Keys, url: str, stop: asyncio.Event) -> int:
+        store = TournamentStore(redis, keys)
+        if action == "create":
+            assert spec is not None
+            tid = new_tournament_id()
+            await store.create(tid, spec, now_ms())
+            print(json.dumps({"id": tid}) if args.json else tid)
+            return 0
+        if action == "list":
+            rows = []
+            for tid in await store.ids():
+                t = await store.load(tid)
+                if t is not None:
+                    rows.append(_summary(t))
+            _print(args, rows, _list_table(rows))
+            return 0
+        t = await store.load(args.id)
+        if t is None:
+            print(f"agon tournament: no tournament {args.id}; see `agon tournament list`")
+            return 1
+        if action == "cancel":
+            t = await cancel(store, t.id)
+            print(f"tournament {t.id}: {t.ended.reason if t.ended else 'running'}")
+            return 0
+        rep = report(t, await tournament_results(redis, keys, t))
+        if action == "standings" and args.csv:
+            sys.stdout.write(standings_csv(rep))
+        elif action == "status":
+            _print(args, _summary(t), _list_table([_summary(t)]))
+        else:
+            _print(args, rep, Group(_standings(rep), _crosstable(rep), _ratings(rep)))
+        return 0
+
+    return _with_redis(args, body, embedded=False)
+
+
+def _print(args: argparse.Namespace, data: Any, table: Any) -> None:
+    if args.json:
+        print(json.dumps(data))
+    else:
+        Console().print(table)
+
+
+async def _run(
+    redis: Client,
+    keys: Keys,
+    stop: asyncio.Event,
+    args: argparse.Namespace,
+    spec: TournamentSpec | None,
+    services: bool,
+) -> int:
+    from services.runtime import ServiceSet
+
+    store = TournamentStore(redis, keys)
+    tid = args.id or new_tournament_id()
+    if spec is not None:
+        try:
+            await store.create(tid, spec, now_ms())
+        except TournamentExists as exc:
+            print(f"agon tournament: {exc}", file=sys.stderr)
+            return 1
+    t = await store.load(tid)
+    if t is None:
+        print(f"agon tournament: no tournament {tid}; see `agon tournament list`", file=sys.stderr)
+        return 1
+    console = Console(stderr=args.json)
+    console.print(f"tournament {tid}: {_describe(t)}; resume with --id {tid}")
+    # With the services here, their director runs the tournament; else one of its own.
+    running = ServiceSet(redis, keys, t.spec.bots) if services else None
+    directing: asyncio.Future[None]
+    if running is not None:
+        await running.start()
+        directing = asyncio.get_running_loop().create_future()
+    else:
+        director = Director(redis, keys, only=tid)
+        await director.setup()
+        directing = asyncio.ensure_future(director.run(stop))
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console
+    )
+    task = progress.add_task("games", total=None)
+    pairs_seen = 0
+    try:
+        with Live(progress, console=console, refresh_per_second=4, transient=True) as live:
+            while True:
+                t = await store.load(tid)
+                assert t is not None
+                rep = report(t, await tournament_results(redis, keys, t))
+                progress.update(
+                    task, completed=rep["games"]["finished"], total=rep["games"]["scheduled"]
+                )
+                live.update(Group(progress, _standings(rep)))
+                if "sprt" in rep:
+                    pairs_seen = _print_pairs(console, rep, pairs_seen)
+                if t.ended is not None or stop.is_set() or directing.done():
+                    break
+                await asyncio.sleep(REFRESH_S)
+    finally:
+        stop.set()
+        if running is not None:
+            await running.stop()
+        else:
+            await directing
+    if t.ended is None:
+        console.print(f"stopped; resume with: agon tournament run --id {tid}")
+        return 130
+    if args.json:
+        print(json.dumps(rep))
+    else:
+        console.print(f"ended: {t.ended.reason} {t.ended.detail}")
+        console.print(_standings(rep), _crosstable(rep), _ratings(rep))
+    return 0
+
+
+def _describe(t: Tournament) -> str:
+    s = t.spec
+    opts = "".join(f" {k}={v}" for k, v in s.options.items())
+    return f"{s.format} of {s.game}{opts}, {', '.join(s.bots)}, {s.move_time_ms / 1000:g} s/move"
+
+
+def _print_pairs(console: Console, rep: dict[str, Any], seen: int) -> int:
+    """After every new complete pair of a match: its running statistics, one line."""
+    sprt = rep["sprt"]
+    for n in range(seen, len(sprt["trajectory"])):
+        pair = rep["pairs"][0] if rep["pairs"] else None
+        elo = ""
+        if pair and pair["elo"] is not None:
+            elo = f"Elo {pair['elo']:+.1f} ± {pair['elo_error']:.1f}, LOS {pair['los']:.1%}, "
+        wld = f"{pair['wins']}-{pair['losses']}-{pair['draws']}" if pair else ""
+        console.print(
+            f"pair {n + 1}: W-L-D {wld}, penta {sprt['penta']}, {elo}"
+            f"LLR {sprt['trajectory'][n]:.2f} [{sprt['lower']:.2f}, {sprt['upper']:.2f}]"
+        )
+    return len(sprt["trajectory"])
+
+
+# -- tables -------------------------------------------------------------------------------------
+def _summary(t: Tournament) -> dict[str, Any]:
+    pending = t.pending()
+    return {
+        "id": t.id,
+        "format": t.spec.format,
+        "game": t.spec.game,
+        "bots": t.spec.bots,
+        "status": "ended" if t.ended else "running",
+        "ended": t.ended.reason if t.ended else None,
+        "rounds": len(t.rounds),
+        "games": len(t.games),
+        "finished": len(t.games) - len(pending),
+    }
+
+
+def _list_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table("id", "format", "game", "bots", "status", "games")
+    for r in rows:
+        status = r["status"] + (f" ({r['ended']})" if r["ended"] else "")
+        table.add_row(
+            r["id"], r["format"], r["game"], ", ".join(r["bots"]), status,
+            f"{r['finished']}/{r['games']}",
+        )  # fmt: skip
+    return table
+
+
+def _standings(rep: dict[str, Any]) -> Table:
+    table = Table("#", "bot", "points", "games", "W", "L", "D", "Buchholz", "SB", title="standings")
+    for s in rep["standings"]:
+        table.add_row(
+            str(s["rank"]), s["name"], f"{s['points']:g}", str(s["games"]), str(s["wins"]),
+            str(s["losses"]), str(s["draws"]), f"{s['buchholz']:g}", f"{s['sonneborn_berger']:g}",
+        )  # fmt: skip
+    return table
+
+
+def _crosstable(rep: dict[str, Any]) -> Table:
+    bots = rep["spec"]["bots"]
+    table = Table("", *bots, title="crosstable (W-L-D of the row against the column)")
+    for a in bots:
+        row = rep["crosstable"].get(a, {})
+        cells = []
+        for b in bots:
+            c = row.get(b)
+            cells.append("·" if c is None else f"{c['wins']}-{c['losses']}-{c['draws']}")
+        table.add_row(a, *cells)
+    return table
+
+
+def _ratings(rep: dict[str, Any]) -> Table:
+    table = Table("bot", "rating", "deviation", "games", title="Glicko-2 ratings")
+    for board in rep["ratings"]:
+        for r in board["rows"]:
+            mark = " (provisional)" if r["provisional"] else ""
+            table.add_row(
+                r["name"], f"{r['rating']:.0f}{mark}", f"{r['deviation']:.0f}", str(r["games"])
+            )
+    return table
+
+
+class _Match:
+    """`agon match`: a match between two bots until the SPRT decides."""
+
+    add_arguments = staticmethod(add_match_arguments)
+    run = staticmethod(run)
+
+
+MATCH = _Match()
