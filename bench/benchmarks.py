@@ -125,10 +125,11 @@ def print_playout_table(results: list[dict[str, Any]], ludii: dict[str, float]) 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "which",
-        choices=["playouts", "pipeline", "memory", "gateway", "bots"],
+        choices=["playouts", "pipeline", "memory", "gateway", "bots", "clocks"],
         help="the engine's random playouts, the Redis pipeline (bench.pipeline), what"
         " finished games leave in Redis (bench.memory), the HTTP/WebSocket gateway"
-        " (bench.gateway), or MCTS against the other built-in bots (bench.bots)",
+        " (bench.gateway), MCTS against the other built-in bots (bench.bots), or time"
+        " forfeits of many concurrent bot games at a short move time (bench.clocks)",
     )
     parser.add_argument("--seconds", type=float, default=5.0, help="time per row")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per row; the median counts")
@@ -191,6 +192,14 @@ def run(args: argparse.Namespace) -> int:
             args.workers,
         )
         print_bots_table(results)
+    elif args.which == "clocks":
+        from bench.clocks import print_clocks_table, run_clocks_bench
+
+        move_time = args.move_time if args.move_time != 0.25 else 0.1
+        results = run_clocks_bench(
+            args.games if args.games is not None else 200, move_time, args.workers or 8
+        )
+        print_clocks_table(results)
     else:
         results = bench_playouts(args.seconds, args.rounds)
         print_playout_table(results, load_ludii_figures(args.ludii))

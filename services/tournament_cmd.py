@@ -26,6 +26,7 @@ from rich.table import Table
 from bots import load_bot
 from engine import game_names
 from schemas.tournaments import FORMATS, SprtSpec, TournamentSpec, new_tournament_id
+from services.bus.clients import QueryClient
 from services.bus.connection import Client
 from services.bus.consumer import now_ms
 from services.bus.keys import Keys
@@ -196,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
         services = args.services == "all" or (args.services == "auto" and not args.redis_url)
         return _with_redis(
             args,
-            lambda redis, keys, url, stop: _run(redis, keys, stop, args, spec, services),
+            lambda redis, keys, url, stop: _run(redis, keys, url, stop, args, spec, services),
             serving=True,
         )
 
@@ -246,6 +247,7 @@ def _print(args: argparse.Namespace, data: Any, table: Any) -> None:
 async def _run(
     redis: Client,
     keys: Keys,
+    url: str,
     stop: asyncio.Event,
     args: argparse.Namespace,
     spec: TournamentSpec | None,
@@ -267,16 +269,17 @@ async def _run(
         return 1
     console = Console(stderr=args.json)
     console.print(f"tournament {tid}: {_describe(t)}; resume with --id {tid}")
-    # With the services here, their director runs the tournament; else one of its own.
-    running = ServiceSet(redis, keys, t.spec.bots) if services else None
-    directing: asyncio.Future[None]
+    # Each bot thinks in a process of its own (a searching bot would hold the pipeline's
+    # interpreter lock, and its clock, for as long as it thinks), and is serving before the
+    # director creates the first game.
+    running = ServiceSet(redis, keys, [], director=False) if services else None
+    workers: list[asyncio.subprocess.Process] = []
     if running is not None:
         await running.start()
-        directing = asyncio.get_running_loop().create_future()
-    else:
-        director = Director(redis, keys, only=tid)
-        await director.setup()
-        directing = asyncio.ensure_future(director.run(stop))
+        workers = await _bot_processes(url, redis, keys, t.spec.bots)
+    director = Director(redis, keys, only=tid)
+    await director.setup()
+    directing = asyncio.ensure_future(director.run(stop))
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console
     )
@@ -299,10 +302,13 @@ async def _run(
                 await asyncio.sleep(REFRESH_S)
     finally:
         stop.set()
+        for proc in workers:
+            if proc.returncode is None:
+                proc.terminate()
+            await proc.wait()
+        await directing
         if running is not None:
             await running.stop()
-        else:
-            await directing
     if t.ended is None:
         console.print(f"stopped; resume with: agon tournament run --id {tid}")
         return 130
@@ -314,6 +320,35 @@ async def _run(
     return 0
 
 
+async def _bot_processes(
+    url: str, redis: Client, keys: Keys, bots: list[str]
+) -> list[asyncio.subprocess.Process]:
+    """`agon bots --bot B` for each bot, on this Redis; returns once each has a worker."""
+    procs = []
+    for bot in bots:
+        command = ["bots", "--bot", bot, "--redis-url", url, "--prefix", keys.prefix]
+        command += ["--partitions", str(keys.partitions)]
+        procs.append(
+            await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "services.cli",
+                *command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+        )
+    query = QueryClient(redis, keys)
+    deadline = asyncio.get_running_loop().time() + 60
+    for bot in bots:
+        while (await query.bot_health(bot)).workers == 0:
+            if asyncio.get_running_loop().time() > deadline:
+                raise RuntimeError(f"the worker of bot {bot} did not start")
+            await asyncio.sleep(0.05)
+    return procs
+
+
 def _describe(t: Tournament) -> str:
     s = t.spec
     opts = "".join(f" {k}={v}" for k, v in s.options.items())
@@ -321,19 +356,22 @@ def _describe(t: Tournament) -> str:
 
 
 def _print_pairs(console: Console, rep: dict[str, Any], seen: int) -> int:
-    """After every new complete pair of a match: its running statistics, one line."""
+    """After every new complete pair of a match, a line: its LLR with the bounds, and for
+    the newest the running W-L-D, pentanomial, Elo ± error and LOS."""
     sprt = rep["sprt"]
-    for n in range(seen, len(sprt["trajectory"])):
+    llrs = sprt["trajectory"]
+    bounds = f"[{sprt['lower']:.2f}, {sprt['upper']:.2f}]"
+    for n in range(seen, len(llrs)):
+        line = f"pair {n + 1}: LLR {llrs[n]:.2f} {bounds}"
         pair = rep["pairs"][0] if rep["pairs"] else None
-        elo = ""
-        if pair and pair["elo"] is not None:
-            elo = f"Elo {pair['elo']:+.1f} ± {pair['elo_error']:.1f}, LOS {pair['los']:.1%}, "
-        wld = f"{pair['wins']}-{pair['losses']}-{pair['draws']}" if pair else ""
-        console.print(
-            f"pair {n + 1}: W-L-D {wld}, penta {sprt['penta']}, {elo}"
-            f"LLR {sprt['trajectory'][n]:.2f} [{sprt['lower']:.2f}, {sprt['upper']:.2f}]"
-        )
-    return len(sprt["trajectory"])
+        if n == len(llrs) - 1 and pair is not None:
+            line += f", W-L-D {pair['wins']}-{pair['losses']}-{pair['draws']}"
+            line += f", penta {sprt['penta']}"
+            if pair["elo"] is not None:
+                line += f", Elo {pair['elo']:+.1f} ± {pair['elo_error']:.1f}"
+                line += f", LOS {pair['los']:.1%}"
+        console.print(line)
+    return len(llrs)
 
 
 # -- tables -------------------------------------------------------------------------------------
