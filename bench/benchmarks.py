@@ -196,9 +196,7 @@ def run(args: argparse.Namespace) -> int:
         from bench.clocks import print_clocks_table, run_clocks_bench
 
         move_time = args.move_time if args.move_time != 0.25 else 0.1
-        results = run_clocks_bench(
-            args.games if args.games is not None else 200, move_time, args.workers or 8
-        )
+        results = run_clocks_bench(args.games if args.games is not None else 200, move_time)
         print_clocks_table(results)
     else:
         results = bench_playouts(args.seconds, args.rounds)

@@ -1,8 +1,8 @@
 """The clocks benchmark: time forfeits when many bot games run at a short move time.
 
 `--games` (default 200) Teeko games run at once through the whole pipeline (one engine,
-projector, dispatcher, and `--workers` bot worker consumers sharing one inbox), between
-bots that answer after a uniform 5-50 ms ("prompt" bots: well inside the clock), at
+projector and dispatcher), between random movers that answer every turn on its own after
+a uniform 5-50 ms, as that many separate engine processes would (well inside the clock), at
 `--move-time` (default 0.1 s) per move with the forfeit policy. Printed: games, moves, time
 forfeits per game and per 1,000 moves (fastchess reports 10 in 20,000 games at its shortest
 control), think time p50/p95 as the server measured it, and moves per second; the baseline
@@ -14,18 +14,20 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from bots.base import Bot, TurnContext, register_bot
 from bots.random_bot import RandomBot
 from bots.worker import BotWorker
-from engine import State
+from schemas.codec import decode_turn
 from schemas.commands import CreateGame, SeatSpec
 from schemas.events import GameEnded, MovePlayed
+from schemas.turns import TurnRequest
 from services.bus.clients import CommandClient, QueryClient
+from services.bus.consumer import Entry
 from services.bus.keys import Keys
 from services.redis_embedded import EmbeddedRedis
 from services.runtime import ServiceSet
@@ -33,30 +35,37 @@ from services.runtime import ServiceSet
 PROMPT_MS = (5, 50)
 
 
-class PromptBot:
-    """A random mover that takes 5-50 ms, as a quick engine would."""
+class PromptWorker(BotWorker):
+    """Bots that answer every turn after 5-50 ms, each turn on its own, as separate engine
+    processes would (fastchess runs one engine process per game and seat)."""
 
-    name = "prompt"
+    def __init__(self, redis: Any, keys: Keys) -> None:
+        super().__init__(redis, RandomBot(), keys, block_ms=50)
+        self._going: set[asyncio.Task[None]] = set()
 
-    def __init__(self) -> None:
-        self._random: Bot = RandomBot()
+    async def process(self, entries: Sequence[Entry]) -> None:
+        turns = [decode_turn(e.data) for e in entries if e.data is not None]
+        for req in await self._current(turns):
+            task = asyncio.create_task(self._reply(req))
+            self._going.add(task)
+            task.add_done_callback(self._going.discard)
+        await self.reader.ack(entries)
 
-    def choose(self, state: State, context: TurnContext) -> str:
-        time.sleep(random.uniform(*PROMPT_MS) / 1000)
-        return self._random.choose(state, context)
+    async def _reply(self, req: TurnRequest) -> None:
+        await asyncio.sleep(random.uniform(*PROMPT_MS) / 1000)
+        command = self._answer(req)
+        if command is not None:
+            await self.commands.send([command])
+            self.moves_sent += 1
 
 
-register_bot("prompt", PromptBot)
-
-
-async def _play(url: str, games: int, move_time_ms: int, workers: int) -> dict[str, Any]:
+async def _play(url: str, games: int, move_time_ms: int) -> dict[str, Any]:
     import redis.asyncio as aioredis
 
     redis = aioredis.Redis.from_url(url)
     keys = Keys(prefix=f"bench-clocks-{move_time_ms}")
-    # Workers of one turn at a time, side by side, as engines each in their own process.
     services = ServiceSet(redis, keys, [], block_ms=50, director=False)
-    extra = [BotWorker(redis, "prompt", keys, block_ms=50, batch=1) for _ in range(workers)]
+    extra = [PromptWorker(redis, keys)]
     for w in extra:
         await w.setup()
     await services.start()
@@ -71,7 +80,7 @@ async def _play(url: str, games: int, move_time_ms: int, workers: int) -> dict[s
                     command_id=f"create:{gid}",
                     game_id=gid,
                     game="teeko",
-                    seats=[SeatSpec(kind="bot", name="prompt")] * 2,
+                    seats=[SeatSpec(kind="bot", name="random")] * 2,
                     move_time_ms=move_time_ms,
                     seed=i,
                 )
@@ -112,10 +121,10 @@ async def _play(url: str, games: int, move_time_ms: int, workers: int) -> dict[s
     }
 
 
-def run_clocks_bench(games: int, move_time_s: float, workers: int) -> list[dict[str, Any]]:
+def run_clocks_bench(games: int, move_time_s: float) -> list[dict[str, Any]]:
     with EmbeddedRedis() as server:
-        clocked = asyncio.run(_play(server.url, games, round(move_time_s * 1000), workers))
-        baseline = asyncio.run(_play(server.url, games, 0, workers))
+        clocked = asyncio.run(_play(server.url, games, round(move_time_s * 1000)))
+        baseline = asyncio.run(_play(server.url, games, 0))
     clocked["moves_per_s_vs_no_clock"] = clocked["moves_per_s"] / max(1e-9, baseline["moves_per_s"])
     return [clocked, baseline]
 

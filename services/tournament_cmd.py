@@ -44,7 +44,7 @@ from services.redis_embedded import add_service_arguments
 from services.stats.sprt import MODELS
 from services.tournament.aggregate import Tournament
 from services.tournament.director import Director, cancel
-from services.tournament.results import report, standings_csv, tournament_results
+from services.tournament.results import report, standings_csv, summary, tournament_results
 from services.tournament.store import TournamentExists, TournamentStore
 
 #: How often `run` redraws.
@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
             for tid in await store.ids():
                 t = await store.load(tid)
                 if t is not None:
-                    rows.append(_summary(t))
+                    rows.append(summary(t))
             _print(args, rows, _list_table(rows))
             return 0
         t = await store.load(args.id)
@@ -229,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
         if action == "standings" and args.csv:
             sys.stdout.write(standings_csv(rep))
         elif action == "status":
-            _print(args, _summary(t), _list_table([_summary(t)]))
+            _print(args, summary(t), _list_table([summary(t)]))
         else:
             _print(args, rep, Group(_standings(rep), _crosstable(rep), _ratings(rep)))
         return 0
@@ -375,21 +375,6 @@ def _print_pairs(console: Console, rep: dict[str, Any], seen: int) -> int:
 
 
 # -- tables -------------------------------------------------------------------------------------
-def _summary(t: Tournament) -> dict[str, Any]:
-    pending = t.pending()
-    return {
-        "id": t.id,
-        "format": t.spec.format,
-        "game": t.spec.game,
-        "bots": t.spec.bots,
-        "status": "ended" if t.ended else "running",
-        "ended": t.ended.reason if t.ended else None,
-        "rounds": len(t.rounds),
-        "games": len(t.games),
-        "finished": len(t.games) - len(pending),
-    }
-
-
 def _list_table(rows: list[dict[str, Any]]) -> Table:
     table = Table("id", "format", "game", "bots", "status", "games")
     for r in rows:

@@ -26,6 +26,7 @@ from services.tournament.results import (
     leaderboards,
     report,
     standings_csv,
+    summary,
     tournament_results,
 )
 from services.tournament.store import TournamentStore
@@ -56,23 +57,6 @@ async def _load(request: web.Request) -> Tournament:
     if t is None:
         raise ApiError("not_found", f"no tournament {tid}")
     return t
-
-
-def summary(t: Tournament) -> dict[str, object]:
-    pending = len(t.pending())
-    return {
-        "id": t.id,
-        "name": t.spec.name,
-        "format": t.spec.format,
-        "game": t.spec.game,
-        "bots": t.spec.bots,
-        "created": t.created.time,
-        "status": "ended" if t.ended else "running",
-        "ended": None if t.ended is None else t.ended.reason,
-        "rounds": len(t.rounds),
-        "games": len(t.games),
-        "finished": len(t.games) - pending,
-    }
 
 
 async def list_tournaments(request: web.Request) -> web.Response:

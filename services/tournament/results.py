@@ -88,6 +88,24 @@ def leaderboards(results: Sequence[GameResult], now_ms: int | None = None) -> li
     ]
 
 
+def summary(t: Tournament) -> dict[str, Any]:
+    """A tournament in a line of a list."""
+    pending = len(t.pending())
+    return {
+        "id": t.id,
+        "name": t.spec.name,
+        "format": t.spec.format,
+        "game": t.spec.game,
+        "bots": t.spec.bots,
+        "created": t.created.time,
+        "status": "ended" if t.ended else "running",
+        "ended": None if t.ended is None else t.ended.reason,
+        "rounds": len(t.rounds),
+        "games": len(t.games),
+        "finished": len(t.games) - pending,
+    }
+
+
 def report(t: Tournament, results: Sequence[GameResult]) -> dict[str, Any]:
     """Everything a tournament page shows, JSON-ready."""
     spec = t.spec
