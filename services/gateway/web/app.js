@@ -1,9 +1,11 @@
 // The page's entry: the theme (the system's, or the one chosen with the toggle), the
-// router (`/` the lobby, `/games/{id}[?ply=N]` a board: one HTML shell, no reloads
-// between them) and the live region every view announces through.
+// router (`/` the lobby, `/games/{id}[?ply=N]` a board, `/tournaments[/{id}]` and
+// `/leaderboards[?game=NAME]`: one HTML shell, no reloads between them) and the live region
+// every view announces through.
 
 import { showGame } from "./game.js";
 import { showLobby } from "./lobby.js";
+import { showLeaderboards, showTournament, showTournaments } from "./tournaments.js";
 
 const main = document.getElementById("main");
 const live = document.getElementById("announce");
@@ -48,13 +50,30 @@ function announce(text) {
 // -- routing ----------------------------------------------------------------------------------
 function route() {
   if (leave) leave();
-  const game = /^\/games\/([A-Za-z0-9_.-]{1,64})\/?$/.exec(location.pathname);
+  const path = location.pathname;
+  const game = /^\/games\/([A-Za-z0-9_.-]{1,64})\/?$/.exec(path);
+  const tournament = /^\/tournaments\/([A-Za-z0-9_-]{1,24})\/?$/.exec(path);
+  let section = "/";
   if (game) {
     const ply = new URLSearchParams(location.search).get("ply");
     const wanted = ply !== null && /^\d+$/.test(ply) ? Number(ply) : null;
     leave = showGame(main, game[1], wanted, announce);
+    section = null;
+  } else if (tournament) {
+    leave = showTournament(main, tournament[1], announce);
+    section = "/tournaments";
+  } else if (/^\/tournaments\/?$/.test(path)) {
+    leave = showTournaments(main);
+    section = "/tournaments";
+  } else if (/^\/leaderboards\/?$/.test(path)) {
+    leave = showLeaderboards(main);
+    section = "/leaderboards";
   } else {
     leave = showLobby(main, navigate);
+  }
+  for (const a of document.querySelectorAll(".top nav a[data-link]")) {
+    if (a.getAttribute("href") === section) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
   }
   main.focus({ preventScroll: true });
 }
