@@ -77,6 +77,8 @@ def key_kind(keys: Keys, kinds: dict[str, str], name: str) -> str:
         for prefix in (keys.index_status(p, ""), keys.index_game(p, ""), keys.index_player(p, "")):
             if name.startswith(prefix):
                 return "index"
+        if name.startswith(keys.results(p, "")) or name.startswith(keys.tournament_results(p, "")):
+            return "results"
     if name.startswith(keys.reply_stream("")):
         return "reply stream"
     return f"unknown: {name}"

@@ -292,6 +292,7 @@ def key_kind(keys: Keys, name: str, game_ids: Sequence[str]) -> str | None:
             keys.projector_seen(p): "projector seen",
             keys.index_time(p): "index",
             keys.bot_results(p, BOT): "bot results",
+            keys.results(p, "teeko"): "results",
         }
         for prefix in (
             keys.index_status(p, ""),
@@ -304,7 +305,7 @@ def key_kind(keys: Keys, name: str, game_ids: Sequence[str]) -> str | None:
 
 
 STREAM_KINDS = {"commands", "feed", "inbox"}
-MODEL_KINDS = {"games registry", "projector seen", "index", "bot results"}
+MODEL_KINDS = {"games registry", "projector seen", "index", "bot results", "results"}
 
 
 async def test_a_finished_game_leaves_only_its_log_view_and_reply_memory(
@@ -336,6 +337,7 @@ async def test_a_finished_game_leaves_only_its_log_view_and_reply_memory(
         keys.games(p),
         keys.projector_seen(p),
         keys.bot_results(p, BOT),
+        keys.results(p, "teeko"),
         keys.index_status(p, "ended"),
         keys.index_game(p, "teeko"),
         keys.index_player(p, BOT),
@@ -343,6 +345,7 @@ async def test_a_finished_game_leaves_only_its_log_view_and_reply_memory(
     }
     assert await redis.zscore(keys.games(p), gid) is not None
     assert await redis.zscore(keys.index_status(p, "ended"), gid) is not None
+    assert await redis.hexists(keys.results(p, "teeko"), gid)
     for p_ in keys.all_partitions():
         assert await redis.exists(keys.clocks(p_)) == 0
     # Streams that stay (with their groups) are now empty or nearly so.
