@@ -21,7 +21,7 @@ import msgpack
 import pytest
 import redis.asyncio as aioredis
 
-from engine import State, load_game
+from engine import State, game_names, load_game
 from schemas.codec import MAX_ENTRY_BYTES, decode_reply, encode
 from schemas.commands import (
     Abort,
@@ -39,6 +39,8 @@ from schemas.tokens import admin_token, bot_token, token_hash
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.keys import ENGINE_GROUP, Keys
 from services.engine_service import MAX_DELIVERIES, EngineService, EventStore, GameRecord
+from services.engine_service.store import _COMMIT as COMMIT_SCRIPT
+from services.projector.fold import _rules as fold_rules
 from services.projector.verify import chain_problems
 
 SECRET = b"test-secret"
@@ -785,3 +787,15 @@ async def test_hexade_swap_moves_colours_between_seats(h: Harness, engine: Engin
     assert (swap.move, swap.seat, swap.colour, swap.colours) == ("swap", 2, 2, [2, 1])
     # Colour 2 moves again, and it is now seat 1's.
     assert swap.to_move == 1
+
+
+async def test_an_engine_is_warm_before_its_first_command(
+    redis: aioredis.Redis, make_engine: Callable[..., EngineService]
+) -> None:
+    # A clock runs from its event's time, so the first creation must not pay for building
+    # rules or loading the commit script: setup does both beforehand.
+    await redis.script_flush()  # this session's own server; scripts reload on NOSCRIPT
+    fold_rules.cache_clear()
+    await make_engine().setup()
+    assert await redis.script_exists(COMMIT_SCRIPT.sha) == [True]
+    assert fold_rules.cache_info().currsize == len(game_names())

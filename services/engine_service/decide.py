@@ -44,6 +44,7 @@ from schemas.commands import (
     PlayMove,
     Resign,
     SeatPlayer,
+    SeatSpec,
 )
 from schemas.events import (
     EndReason,
@@ -220,6 +221,17 @@ class Rules:
         elif isinstance(cmd, Abort):
             self._abort(out, cmd, now)
         return out
+
+    def warm_up(self) -> None:
+        """Decide a throwaway creation of every game at its default options, in memory.
+
+        The first decision of a game in a process builds its rules and the models' encoders
+        (tens of ms); a clock runs from its event's time, so a cold engine would take that
+        from the first seat to move."""
+        for name in game_names():
+            seats = [SeatSpec(kind="bot", name="warm-up")] * 2
+            self.decide(None, CreateGame(command_id="warm-up", game_id="warm-up", game=name,
+                                         seats=seats), 0)  # fmt: skip
 
     # -- one method per command ----------------------------------------------------------
     def _create(self, rec: GameRecord | None, cmd: CreateGame, now: int) -> Decision:

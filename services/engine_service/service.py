@@ -176,6 +176,8 @@ class EngineService(StreamConsumer):
         await super().setup()
         if self.rules is None:
             self.rules = Rules(await shared_secret(self.redis, self.keys))
+        self.rules.warm_up()
+        await self.store.load_scripts()
 
     def dead_letter_for(self, entry: Entry) -> str:
         return self.keys.dead_letter(self._streams.get(entry.stream, 0))
@@ -261,7 +263,6 @@ class EngineService(StreamConsumer):
 
     async def _round(self, pending: list[Work], out: _Outbox) -> list[Work]:
         """Commit at most one command per game; return what is left for the next round."""
-        now = self.clock()
         this: list[Work] = []
         later: list[Work] = []
         games: set[str] = set()
@@ -271,6 +272,9 @@ class EngineService(StreamConsumer):
             games.add(gid)
         records, broken = await self._records(games)
         this, later = await self._in_time_first(this, later, records, pending)
+        # Events are stamped after the reads: a clock runs from its event's time, and the
+        # reads (a cold game's whole log) would otherwise come off the next seat's time.
+        now = self.clock()
         commits: list[Commit] = []
         decided: list[Work] = []
         for work in this:

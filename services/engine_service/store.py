@@ -160,6 +160,10 @@ class EventStore:
         self._key_cache: dict[str, tuple[int, str, str]] = {}
 
     # -- writing -------------------------------------------------------------------------
+    async def load_scripts(self) -> None:
+        """Load the commit script (on every primary), so a first commit needs no retry."""
+        await _COMMIT.load(self.redis)
+
     def _game_keys(self, game_id: str) -> tuple[int, str, str]:
         """(partition, log key, replies-memory key) of a game, cached: the hot path asks often."""
         found = self._key_cache.get(game_id)
