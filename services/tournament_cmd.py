@@ -137,7 +137,7 @@ def _spec(args: argparse.Namespace, fmt: str, bots: list[str], **extra: Any) -> 
         try:
             load_bot(bot)
         except ValueError as exc:  # an outside bot may play too: it needs no worker here
-            if args.services != "none" and not args.redis_url:
+            if getattr(args, "services", "none") != "none" and not args.redis_url:
                 raise UsageError(f"{exc}; outside bots need a deployment (--redis-url)") from None
     try:
         return TournamentSpec(
@@ -210,11 +210,7 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({"id": tid}) if args.json else tid)
             return 0
         if action == "list":
-            rows = []
-            for tid in await store.ids():
-                t = await store.load(tid)
-                if t is not None:
-                    rows.append(summary(t))
+            rows = [summary(t) for t in await store.load_many(await store.ids()) if t]
             _print(args, rows, _list_table(rows))
             return 0
         t = await store.load(args.id)

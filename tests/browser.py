@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
-from playwright.async_api import Browser, Page, async_playwright
+from playwright.async_api import Browser, Page, ViewportSize, async_playwright
 
 from bots.sdk.client import register_bot, run_bot
 from engine import Move, State, load_game
@@ -95,6 +95,23 @@ async def chromium() -> AsyncIterator[Browser]:
             yield browser
         finally:
             await browser.close()
+
+
+@contextlib.asynccontextmanager
+async def fresh_page(
+    browser: Browser, viewport: ViewportSize, *, console_errors: bool = False
+) -> AsyncIterator[Page]:
+    """A page in a fresh browser profile; any uncaught error of the page's scripts (and,
+    with `console_errors`, any error it logs) fails the test."""
+    context = await browser.new_context(viewport=viewport)
+    opened = await context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    if console_errors:
+        opened.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    yield opened
+    await context.close()
+    assert not errors, f"the page's scripts failed: {errors}"
 
 
 async def hold_seats(page: Page, game_id: str, tokens: dict[int, str]) -> None:

@@ -31,6 +31,7 @@ from tests.browser import (
     Site,
     board_cells,
     chromium,
+    fresh_page,
     hold_seats,
     keep_tokens,
     log_moves,
@@ -65,14 +66,8 @@ async def browser() -> AsyncIterator[Browser]:
 
 @pytest.fixture
 async def page(browser: Browser) -> AsyncIterator[Page]:
-    """A fresh browser profile; any uncaught error of the page's scripts fails the test."""
-    context = await browser.new_context(viewport={"width": 1280, "height": 860})
-    opened = await context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield opened
-    await context.close()
-    assert not errors, f"the page's scripts failed: {errors}"
+    async with fresh_page(browser, {"width": 1280, "height": 860}) as opened:
+        yield opened
 
 
 async def ended(client: TestClient, game_id: str) -> dict[str, Any]:

@@ -17,20 +17,20 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
-from playwright.async_api import Browser, Page
+from playwright.async_api import Browser, Page, ViewportSize
 
 from schemas.tournaments import SprtSpec, TournamentSpec, new_tournament_id
 from services.bus.consumer import now_ms
 from services.bus.keys import Keys
 from services.tournament.store import TournamentStore
-from tests.browser import SCREENSHOTS, Site, chromium, serving
+from tests.browser import SCREENSHOTS, Site, chromium, fresh_page, serving
 from tests.gateway import Arena, running_arena, until
 
 pytestmark = pytest.mark.timeout(180)
 
 BOTS = ["random", "random.2", "greedy"]
-PHONE = {"width": 390, "height": 844}
-DESKTOP = {"width": 1280, "height": 860}
+PHONE: ViewportSize = {"width": 390, "height": 844}
+DESKTOP: ViewportSize = {"width": 1280, "height": 860}
 
 
 @pytest.fixture
@@ -54,16 +54,8 @@ async def browser() -> AsyncIterator[Browser]:
 
 @pytest.fixture
 async def page(browser: Browser) -> AsyncIterator[Page]:
-    """A fresh browser profile; any uncaught error of the page's scripts, or an error it
-    logs, fails the test."""
-    context = await browser.new_context(viewport=DESKTOP)
-    opened = await context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda exc: errors.append(str(exc)))
-    opened.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    yield opened
-    await context.close()
-    assert not errors, f"the page's scripts failed: {errors}"
+    async with fresh_page(browser, DESKTOP, console_errors=True) as opened:
+        yield opened
 
 
 async def create(arena: Arena, spec: TournamentSpec) -> str:

@@ -61,12 +61,8 @@ async def _load(request: web.Request) -> Tournament:
 
 async def list_tournaments(request: web.Request) -> web.Response:
     store = _store(request)
-    out = []
-    for tid in await store.ids(limit=MAX_LIST):
-        t = await store.load(tid)
-        if t is not None:
-            out.append(summary(t))
-    return respond(request, {"tournaments": out})
+    found = await store.load_many(await store.ids(limit=MAX_LIST))
+    return respond(request, {"tournaments": [summary(t) for t in found if t is not None]})
 
 
 async def create_tournament(request: web.Request) -> web.Response:

@@ -26,6 +26,7 @@ from schemas.tournaments import (
     GameScheduled,
     Pairing,
     RoundPaired,
+    SprtSpec,
     TournamentCreated,
     TournamentEnded,
     TournamentSpec,
@@ -142,10 +143,12 @@ class Tournament:
         spec = self.spec
         if spec.sprt is None:
             return None
-        s = spec.sprt
-        test = Sprt(s.elo0, s.elo1, s.alpha, s.beta, s.model)
         penta = pair_stats(self.results(), spec.bots[0], spec.bots[1]).penta
-        return test.status(Pentanomial(penta))
+        return sprt_test(spec.sprt).status(Pentanomial(penta))
+
+
+def sprt_test(s: SprtSpec) -> Sprt:
+    return Sprt(s.elo0, s.elo1, s.alpha, s.beta, s.model)
 
 
 def game_id(tournament_id: str, rnd: int, index: int, leg: int) -> str:

@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Sequence
 from typing import Any
 
 from schemas.codec import FIELD_BYTES, unpack
@@ -60,6 +58,8 @@ class Director:
         self.every_s = every_s
         self.games_created = 0
         self.events_appended = 0
+        #: each tournament as folded so far: a pass reads only the events after it
+        self._folds: dict[str, Tournament] = {}
 
     async def setup(self) -> None:
         if not self.secret:
@@ -87,15 +87,19 @@ class Director:
         return done
 
     async def advance(self, tournament_id: str) -> int:
-        t = await self.store.load(tournament_id)
+        t = self._folds.get(tournament_id)
+        if t is None:
+            t = await self.store.load(tournament_id)
+        else:
+            await self.store.catch_up(t)
         if t is None:
             await self.store.retire(tournament_id)
             return 0
         if t.ended is not None:
+            self._folds.pop(t.id, None)
             return await self._wind_up(t)
         head = t.seq
-        pending = t.pending()
-        last = await self._last_events([g.game_id for g in pending])
+        last = await self._started(t)
         ends = {
             gid: End(ev["result"], ev["reason"], ev.get("fault", 0))
             for gid, ev in last.items()
@@ -103,17 +107,24 @@ class Director:
         }
         events = decide(t, ends, now_ms())
         if not await self.store.append(t.id, head, events):
-            return 0  # another writer moved the log on: fold again next pass
+            self._folds.pop(t.id, None)  # another writer moved the log on: fold it again
+            return 0
+        self._folds[t.id] = t
         self.events_appended += len(events)
         for ev in events:
             if isinstance(ev, TournamentEnded):
                 log.info("tournament %s ended: %s %s", t.id, ev.reason, ev.detail)
         if t.ended is not None:
+            self._folds.pop(t.id, None)
             return len(events) + await self._wind_up(t)
         return len(events) + await self._create(t, {gid for gid, ev in last.items() if ev})
 
-    async def _last_events(self, game_ids: Sequence[str]) -> dict[str, Any]:
-        """Each game's newest event as a map (None: the game has no log yet)."""
+    async def _started(self, t: Tournament) -> dict[str, Any]:
+        """The newest event of each pending game that may exist (None: not created yet).
+
+        Games are created in schedule order, at most `concurrency` at a time, so those that
+        exist are among the first `concurrency` pending ones."""
+        game_ids = [g.game_id for g in t.pending()[: t.spec.concurrency]]
         if not game_ids:
             return {}
         pipe = self.redis.pipeline(transaction=False)
@@ -152,8 +163,7 @@ class Director:
 
     async def _wind_up(self, t: Tournament) -> int:
         """An ended tournament: abort its games still going (a cancel), stop running it."""
-        pending = t.pending()
-        last = await self._last_events([g.game_id for g in pending])
+        last = await self._started(t)
         going = [gid for gid, ev in last.items() if ev is not None and ev["type"] != "game_ended"]
         token = admin_token(self.secret)
         await self.commands.send(
@@ -182,5 +192,5 @@ async def cancel(store: TournamentStore, tournament_id: str, why: str = "") -> T
             t.apply(ev)
             await store.index(t.id, t.created.time)  # let a director wind it up
             return t
-        await asyncio.sleep(0.01 + 0.01 * time.monotonic() % 0.02)
+        await asyncio.sleep(0.01)
     raise RuntimeError(f"tournament {tournament_id}: the log kept moving; try again")

@@ -28,8 +28,8 @@ from services.stats.results import (
     standings,
     terminations,
 )
-from services.stats.sprt import Pentanomial, Sprt
-from services.tournament.aggregate import Tournament
+from services.stats.sprt import Pentanomial
+from services.tournament.aggregate import Tournament, sprt_test
 
 
 def parse_record(data: bytes, pairs: dict[str, tuple[str, int]] | None = None) -> GameResult:
@@ -176,7 +176,7 @@ def _sprt_trajectory(t: Tournament, counted: Sequence[GameResult]) -> dict[str, 
     spec = t.spec
     assert spec.sprt is not None
     s = spec.sprt
-    test = Sprt(s.elo0, s.elo1, s.alpha, s.beta, s.model)
+    test = sprt_test(s)
     a = spec.bots[0]
     by_pair: dict[str, list[GameResult]] = {}
     for r in counted:

@@ -15,6 +15,7 @@ from pydantic import TypeAdapter
 from schemas.codec import FIELD, FIELD_BYTES, encode, unpack
 from schemas.tournaments import TournamentCreated, TournamentEvent, TournamentSpec
 from services.bus.connection import Client
+from services.bus.consumer import as_text
 from services.bus.keys import Keys
 from services.bus.scripts import Script
 from services.tournament.aggregate import Event, Tournament
@@ -79,16 +80,36 @@ class TournamentStore:
     async def retire(self, tournament_id: str) -> None:
         await self.redis.zrem(self.keys.active_tournaments(), tournament_id)
 
-    async def events(self, tournament_id: str) -> list[Event]:
-        rows: Any = await self.redis.xrange(self.keys.tournament_log(tournament_id))
-        return [_EVENTS.validate_python(unpack(fields[FIELD_BYTES])) for _, fields in rows]
+    async def events(self, tournament_id: str, after: int = 0) -> list[Event]:
+        """The log's events after seq `after`."""
+        rows: Any = await self.redis.xrange(
+            self.keys.tournament_log(tournament_id), f"{after + 1}-0", "+"
+        )
+        return _decoded(rows)
 
     async def load(self, tournament_id: str) -> Tournament | None:
-        events = await self.events(tournament_id)
-        return Tournament.fold(events) if events else None
+        (t,) = await self.load_many([tournament_id])
+        return t
+
+    async def load_many(self, tournament_ids: Sequence[str]) -> list[Tournament | None]:
+        """Each tournament folded from its log (None for none), in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for tid in tournament_ids:
+            pipe.xrange(self.keys.tournament_log(tid))
+        logs = [_decoded(rows) for rows in await pipe.execute()]
+        return [Tournament.fold(events) if events else None for events in logs]
+
+    async def catch_up(self, t: Tournament) -> None:
+        """Fold into `t` what its log holds beyond it."""
+        for ev in await self.events(t.id, after=t.seq):
+            t.apply(ev)
 
     async def ids(self, *, active: bool = False, limit: int = 1000) -> list[str]:
         """Tournament ids, newest first."""
         key = self.keys.active_tournaments() if active else self.keys.tournaments()
         raw: Any = await self.redis.zrevrange(key, 0, limit - 1)
-        return [r.decode() if isinstance(r, bytes) else str(r) for r in raw]
+        return [as_text(r) for r in raw]
+
+
+def _decoded(rows: Any) -> list[Event]:
+    return [_EVENTS.validate_python(unpack(fields[FIELD_BYTES])) for _, fields in rows]
