@@ -149,8 +149,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--move-time",
         type=positive_float,
-        default=0.25,
-        help="bots: seconds per move (default 0.25)",
+        default=None,
+        help="bots, clocks: seconds per move (default 0.25 for bots, 0.1 for clocks)",
     )
     parser.add_argument(
         "--game",
@@ -188,14 +188,14 @@ def run(args: argparse.Namespace) -> int:
         results = run_bots_bench(
             args.game or GAMES,
             args.games if args.games is not None else 100,
-            args.move_time,
+            args.move_time if args.move_time is not None else 0.25,
             args.workers,
         )
         print_bots_table(results)
     elif args.which == "clocks":
         from bench.clocks import print_clocks_table, run_clocks_bench
 
-        move_time = args.move_time if args.move_time != 0.25 else 0.1
+        move_time = args.move_time if args.move_time is not None else 0.1
         results = run_clocks_bench(args.games if args.games is not None else 200, move_time)
         print_clocks_table(results)
     else:

@@ -20,17 +20,18 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from bench.gateway import quantile
 from bots.random_bot import RandomBot
 from bots.worker import BotWorker
 from schemas.codec import decode_turn
 from schemas.commands import CreateGame, SeatSpec
-from schemas.events import GameEnded, MovePlayed
 from schemas.turns import TurnRequest
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.consumer import Entry
 from services.bus.keys import Keys
 from services.redis_embedded import EmbeddedRedis
 from services.runtime import ServiceSet
+from services.tournament.results import game_results
 
 PROMPT_MS = (5, 50)
 
@@ -94,19 +95,15 @@ async def _play(url: str, games: int, move_time_ms: int) -> dict[str, Any]:
     stop.set()
     await asyncio.gather(*tasks)
     await services.stop()
-    moves, forfeits, think = 0, 0, []
-    for gid in ids:
-        for ev in await query.events(gid):
-            if isinstance(ev, MovePlayed):
-                moves += 1
-                think.append(ev.think_ms)
-            elif isinstance(ev, GameEnded) and ev.reason == "time_forfeit":
-                forfeits += 1
+    # The results read model has every game's end and each move's think time.
+    results = await game_results(redis, keys, "teeko")
     await redis.aclose()
-    think.sort()
+    think = [ms for r in results for seat in r.think_ms for ms in seat]
+    moves = len(think)
+    forfeits = sum(r.reason == "time_forfeit" for r in results)
 
     def q(p: float) -> int:
-        return think[min(len(think) - 1, int(p * len(think)))] if think else 0
+        return int(quantile(think, p)) if think else 0
 
     return {
         "move_time_ms": move_time_ms,

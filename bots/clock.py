@@ -31,6 +31,3 @@ class Clock:
 
     def expired(self) -> bool:
         return time.monotonic() >= self.stop
-
-    def left(self) -> float:
-        return self.stop - time.monotonic()

@@ -210,11 +210,12 @@ class MctsBot:
     def _playout(state: State, rng: random.Random, cutoff: int | None) -> float:
         """Random moves to the end (or `cutoff` plies): the result for seat 1 in [0, 1]."""
         draw = rng.random
-        actions = state.legal_actions()
         plies = 0
-        while actions and (cutoff is None or plies < cutoff):
-            state.apply_action(actions[int(draw() * len(actions))])
+        while cutoff is None or plies < cutoff:  # moves are listed only when one is played
             actions = state.legal_actions()
+            if not actions:
+                break
+            state.apply_action(actions[int(draw() * len(actions))])
             plies += 1
         if not state.is_terminal:
             value = evaluate(state, colour_of_seat(state, 1)) / scale(state.game)

@@ -88,10 +88,10 @@ class GameStates:
 def by_ply(entries: list[LogEntry]) -> Iterator[tuple[int, GameFold]]:
     """The game after each ply in turn, one fold advanced along the log (the same object
     each time): the position after ply N holds every event before move N + 1."""
-    events = [unpack_event(e.data) for e in entries]
-    game = GameFold.start(events[0], keep_moves=True)
+    events = (unpack_event(e.data) for e in entries)  # decoded only as far as asked
+    game = GameFold.start(next(events), keep_moves=True)
     moves = 0
-    for ev in events[1:]:
+    for ev in events:
         if ev["type"] == "move_played":
             yield moves, game
             moves += 1

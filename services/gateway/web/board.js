@@ -7,20 +7,11 @@
 // (`data-warehouse="yes"|"deficit"`). Each cell has an inner ring for what the player
 // should see at once: the last move, the selected piece, keyboard focus.
 
-import { COLOUR_NAMES } from "./ui.js";
+import { COLOUR_NAMES, svg } from "./ui.js";
 
-const SVG = "http://www.w3.org/2000/svg";
 // How big pieces and numbers are, in drawing units: unit squares, hexagons of radius 1,
 // unit triangles.
 const SCALE = { square: 1, hex: 1.6, tri: 0.55 };
-
-function svg(tag, attrs = {}) {
-  const el = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v !== null && v !== undefined) el.setAttribute(k, v);
-  }
-  return el;
-}
 
 /** The geometry with lookups by label and by (row, col). */
 export function prepare(geometry) {

@@ -20,6 +20,7 @@ import {
   optionsText,
   resultText,
   seatName,
+  svg,
 } from "./ui.js";
 import { BoardView, prepare } from "./board.js";
 import { cellsOf, clickPlan, describeMove } from "./notation.js";
@@ -30,7 +31,6 @@ const PLY_PAGE = 50;
 // Games longer than this prefetch only the plies within PREFETCH_AROUND of the one shown.
 const PREFETCH_ALL = 600;
 const PREFETCH_AROUND = 150;
-const SVG = "http://www.w3.org/2000/svg";
 const RECONNECT_MIN_MS = 250;
 const RECONNECT_MAX_MS = 5000;
 const LIVE_STATES = { open: "live", connecting: "connecting…", closed: "reconnecting…" };
@@ -650,12 +650,7 @@ function button(id, cls, text, onclick) {
 }
 
 function iconButton(id, path, label, onclick) {
-  const el = document.createElementNS(SVG, "svg");
-  el.setAttribute("viewBox", "0 0 16 16");
-  el.setAttribute("aria-hidden", "true");
-  const p = document.createElementNS(SVG, "path");
-  p.setAttribute("d", path);
-  el.append(p);
+  const el = svg("svg", { viewBox: "0 0 16 16", "aria-hidden": "true" }, svg("path", { d: path }));
   const attrs = { type: "button", id, class: "icon", "aria-label": label, title: label, onclick };
   return h("button", attrs, el);
 }

@@ -6,13 +6,11 @@
 // the page only lays them out.
 
 import { api, ApiError, catalogue } from "./api.js";
-import { gameTitle, h, optionsText } from "./ui.js";
+import { gameTitle, h, NO_RESULT, optionsText, REASONS, svg } from "./ui.js";
 
 const LIST_REFRESH_MS = 3000;
 const REFRESH_MS = 2000;
 const BOARD_REFRESH_MS = 5000;
-const SVG = "http://www.w3.org/2000/svg";
-
 const FORMATS = {
   "round-robin": "Round robin",
   swiss: "Swiss",
@@ -28,20 +26,6 @@ const ENDINGS = {
   h1: "H1 accepted",
   "max-pairs": "pair limit reached",
 };
-// How a game ended (GameEnded's reason); a natural end needs no words.
-const REASONS = {
-  natural: "",
-  resignation: "resignation",
-  time_forfeit: "on time",
-  illegal_move: "illegal move",
-  no_reply: "no reply",
-  disconnect: "disconnect",
-  abort: "aborted",
-  aborted: "aborted by the platform",
-  interrupted: "interrupted",
-};
-const NO_RESULT = new Set(["abort", "aborted", "interrupted"]);
-
 export function showTournaments(main) {
   const view = new TournamentList(main);
   view.open();
@@ -658,14 +642,6 @@ function fact(term, value, attrs = {}) {
   return h("div", {}, h("dt", {}, term), h("dd", attrs, value));
 }
 
-function svg(tag, attrs = {}, ...children) {
-  const el = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v !== null && v !== undefined) el.setAttribute(k, v);
-  }
-  el.append(...children);
-  return el;
-}
 
 // The chart is drawn at the size it is shown (a unit of its box is a CSS pixel), so its
 // text is as legible on a phone as on a wide screen; it is drawn again when that changes.

@@ -22,11 +22,22 @@ export function seatName(seat, held) {
   return held ? `${who} — you` : who;
 }
 
-// Why a game ended: the end reason of the log, and for a natural end the engine's rule.
-const ENDINGS = {
+// How a game ended: GameEnded's reason (a closed set; a natural end needs no words).
+export const REASONS = {
+  natural: "",
   resignation: "by resignation",
   time_forfeit: "on time",
+  illegal_move: "illegal move",
+  no_reply: "no reply",
+  disconnect: "disconnect",
   abort: "aborted",
+  aborted: "aborted by the platform",
+  interrupted: "interrupted",
+};
+// Ends with no result: neither a win nor a draw (the server's NO_RESULT_REASONS).
+export const NO_RESULT = new Set(["abort", "aborted", "interrupted"]);
+// For a natural end, the engine's rule.
+const RULES = {
   "no-moves": "no placement left",
   "all-passed": "both passed",
   "house-emptied": "a house emptied",
@@ -38,16 +49,16 @@ const ENDINGS = {
 };
 
 function endingText(result) {
-  const rule = result.reason === "natural" ? result.detail : result.reason;
-  return ENDINGS[rule] || rule || "";
+  if (result.reason === "natural") return RULES[result.detail] || result.detail || "";
+  return REASONS[result.reason] ?? result.reason ?? "";
 }
 
-/** "Orange wins — a square", "Draw — move limit". */
+/** "Orange wins — a square", "Draw — move limit", "Aborted — aborted by the platform". */
 export function resultText(result, seats) {
   if (!result) return "";
   const why = endingText(result);
   const tail = why ? ` — ${why}` : "";
-  if (result.reason === "abort") return `Aborted${result.detail ? ` — ${result.detail}` : ""}`;
+  if (NO_RESULT.has(result.reason)) return `Aborted${result.detail ? ` — ${result.detail}` : tail}`;
   if (!result.winner) return `Draw${tail}`;
   const seat = seats.find((s) => s.seat === result.winner);
   return `${seat ? capital(COLOUR_NAMES[seat.colour]) : `Seat ${result.winner}`} wins${tail}`;
@@ -55,6 +66,18 @@ export function resultText(result, seats) {
 
 export function capital(text) {
   return text ? text[0].toUpperCase() + text.slice(1) : text;
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+
+/** An SVG element: attributes (null and undefined left out) and children. */
+export function svg(tag, attrs = {}, ...children) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v !== null && v !== undefined) el.setAttribute(k, v);
+  }
+  el.append(...children);
+  return el;
 }
 
 export function h(tag, attrs = {}, ...children) {
