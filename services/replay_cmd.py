@@ -47,7 +47,7 @@ from services.bus.keys import Keys
 from services.export import ExportError, log_problems, read_jsonl
 from services.export_cmd import read_text
 from services.options import UsageError, non_negative_int
-from services.projector.fold import GameFold
+from services.projector.fold import GameFold, by_ply
 from services.redis_embedded import add_service_arguments
 
 #: Colour 1 and colour 2 as drawn, and their colour-blind-safe styles (Okabe-Ito sky blue
@@ -190,23 +190,19 @@ class Replay:
         A log the fold cannot read (a corrupted entry in Redis) is a UsageError.
         """
         try:
-            events = [unpack_event(e.data) for e in entries]
-            fold = GameFold.start(events[0])
-            game_id = fold.game_id
-            if fold.game is None:
-                raise ValueError(fold.error)
             positions: list[Position] = []
-            moves: list[tuple[int, str]] = []
-            for ev in events[1:]:
-                if ev["type"] == "move_played":
-                    positions.append(_position(fold))
-                    moves.append((ev["colour"], ev["move"]))
-                fold.apply(ev)
-            positions.append(_position(fold))
-        except (ValueError, KeyError, TypeError) as exc:
+            colours: list[int] = []  # of the seat to move before each move
+            for _, fold in by_ply(unpack_event(e.data) for e in entries):
+                if fold.game is None:
+                    raise ValueError(fold.error)
+                positions.append(_position(fold))
+                colours.append(fold.colour_of(fold.to_move) if fold.to_move else 0)
+            game_id = fold.game_id
+            moves = list(zip(colours, fold.moves, strict=False))
+        except (ValueError, KeyError, TypeError, StopIteration) as exc:
             raise UsageError(f"cannot replay this log: {exc}") from None
         game, state = fold.game, fold.state
-        assert state is not None  # the fold has rules, so it has a position
+        assert game is not None and state is not None  # checked in the loop
         width = max(len(token) for p in positions for token in p.tokens)
         options = " ".join(f"{k}={v}" for k, v in game.options.items())
         return cls(

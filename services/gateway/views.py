@@ -14,13 +14,12 @@ warehouses, and the number printed on each piece.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from schemas.codec import unpack_event
 from services.bus.cache import LRU
 from services.bus.clients import LogEntry, QueryClient
-from services.projector.fold import GameFold
+from services.projector.fold import GameFold, by_ply
 
 #: Overflow's houses: the odd-phase squares are seat colour 1's, the others colour 2's.
 OVERFLOW = "overflow"
@@ -60,7 +59,7 @@ class GameStates:
         entries = await self.query.log(game_id)
         if not entries:
             return None
-        for moves, game in by_ply(entries):
+        for moves, game in by_ply(unpack_event(e.data) for e in entries):
             if moves == ply:
                 return game
         return game  # the whole game, which had fewer plies (by_ply yields at least once)
@@ -74,7 +73,7 @@ class GameStates:
         if not entries:
             return None
         out = []
-        for moves, game in by_ply(entries):
+        for moves, game in by_ply(unpack_event(e.data) for e in entries):
             if moves >= first:
                 out.append(api_view(game))
             if moves >= last:
@@ -83,20 +82,6 @@ class GameStates:
 
     def forget(self, game_id: str) -> None:
         self._folds.pop(game_id)
-
-
-def by_ply(entries: list[LogEntry]) -> Iterator[tuple[int, GameFold]]:
-    """The game after each ply in turn, one fold advanced along the log (the same object
-    each time): the position after ply N holds every event before move N + 1."""
-    events = (unpack_event(e.data) for e in entries)  # decoded only as far as asked
-    game = GameFold.start(next(events), keep_moves=True)
-    moves = 0
-    for ev in events:
-        if ev["type"] == "move_played":
-            yield moves, game
-            moves += 1
-        game.apply(ev)
-    yield moves, game
 
 
 def start(entries: list[LogEntry]) -> GameFold:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -274,6 +274,20 @@ def _rules(name: str, options: tuple[tuple[str, str], ...]) -> tuple[Game, dict[
     """One `Game` per rules and options (building one costs more than a short game), and
     a memo of its notation: parsing a move is a good part of replaying it."""
     return load_game(name, **dict(options)), {}
+
+
+def by_ply(events: Iterable[EventMap]) -> Iterator[tuple[int, GameFold]]:
+    """The game after each ply in turn, one fold advanced along the events (the same object
+    each time): the position after ply N holds every event before move N + 1."""
+    it = iter(events)
+    game = GameFold.start(next(it), keep_moves=True)
+    moves = 0
+    for ev in it:
+        if ev["type"] == "move_played":
+            yield moves, game
+            moves += 1
+        game.apply(ev)
+    yield moves, game
 
 
 def fold(game_id: str, events: Iterable[EventMap]) -> GameFold:
