@@ -30,6 +30,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "selfplay": ("services.runtime:SELFPLAY", "play N games between bots through the pipeline"),
     "verify": ("services.runtime:VERIFY", "replay every log, check hash chains and read models"),
     "rebuild": ("services.runtime:REBUILD", "recompute every read model from the logs"),
+    "archive": ("services.archive_cmd:ARCHIVE", "move finished games out of Redis into files"),
+    "restore": ("services.archive_cmd:RESTORE", "bring archived games back into Redis"),
     "verify-export": ("services.export_cmd", "check an exported game log offline: chain, replay"),
     "replay": ("services.replay_cmd", "step through a game's log (Redis or an export) as text"),
     "stats": ("services.stats_cmd", "Elo, error bars, LOS and the SPRT for given results"),
@@ -40,6 +42,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "dispatcher": ("services.runtime:DISPATCHER", "run one dispatcher (turn requests, clocks)"),
     "bots": ("services.runtime:BOTS", "run bot workers (answer turn requests)"),
     "gateway": ("services.runtime:GATEWAY", "serve the HTTP/WebSocket API for people and bots"),
+    "director": ("services.runtime:DIRECTOR", "run one tournament director (shares them out)"),
+    "status": ("services.status_cmd", "processes, consumer lag, live games, Redis memory"),
+    "acl": ("services.acl_cmd", "write Redis ACL users, one per service kind, and their URLs"),
 }
 
 #: Exit statuses: a bad input, and Ctrl-C (128 + SIGINT, as a shell reports it).

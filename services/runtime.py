@@ -7,9 +7,10 @@ wait until they end, print a summary; with `--services none` it only drives a de
 started separately; with `--json` the last line is machine-readable), `agon verify` (replay
 every log, check every hash chain, compare the read models; exit 1 on any difference) and
 `agon rebuild` (recompute the read models from the logs, safe while play goes on).
-`agon engine`, `agon projector`, `agon dispatcher` and `agon bots` run one kind of service
-per process, for scaling out: each says when it is ready, logs a stats line every few
-seconds with -v, waits for Redis when it is away, and stops cleanly on SIGTERM or Ctrl-C.
+`agon engine`, `agon projector`, `agon dispatcher`, `agon bots` and `agon director` run one
+kind of service per process, for scaling out: each says when it is ready, logs a stats line
+every few seconds with -v, waits for Redis when it is away, and stops cleanly on SIGTERM or
+Ctrl-C. Each beats in `Keys.processes` (what `agon status` shows); so does a gateway.
 
 Every command takes `--redis-url` (default `$REDIS_URL`). Commands that play run a private
 redis-server without one; commands that inspect (verify, rebuild) refuse instead, since a
@@ -34,15 +35,24 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.exceptions import NoPermissionError
+
 from bots import bot_names, load_bot
 from bots.worker import BotWorker
 from engine import game_names
 from schemas.commands import CreateGame, SeatSpec
 from schemas.events import NO_RESULT_REASONS
 from schemas.tournaments import TournamentSpec, new_tournament_id
+from services.archive import ARCHIVE_ENV
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import TRANSIENT_ERRORS, Client, RedisUnavailable, connect, redact
-from services.bus.consumer import StreamConsumer, now_ms
+from services.bus.consumer import (
+    HEARTBEAT_EVERY_S,
+    StreamConsumer,
+    consumer_name,
+    now_ms,
+    write_heartbeat,
+)
 from services.bus.keys import Keys
 from services.dispatcher import Dispatcher
 from services.engine_service import EngineService, settle_heap
@@ -51,6 +61,7 @@ from services.gateway.settings import REDIS_CONNECTIONS, GatewaySettings
 from services.options import (
     UsageError,
     game_options_or_usage,
+    non_negative_int,
     parse_options,
     positive_float,
     positive_int,
@@ -86,12 +97,13 @@ class ServiceSet:
         block_ms: int = 100,
         claim_idle_ms: int = 30_000,
         director: bool = True,
+        ack_replicas: int = 0,
     ) -> None:
         self.redis = redis
         self.keys = keys
         idle = claim_idle_ms
         self.engines = [
-            EngineService(redis, keys, block_ms=block_ms, claim_idle_ms=idle)
+            EngineService(redis, keys, block_ms=block_ms, claim_idle_ms=idle, replicas=ack_replicas)
             for _ in range(engines)
         ]
         self.projector = Projector(redis, keys, block_ms=block_ms, claim_idle_ms=idle)
@@ -352,6 +364,9 @@ def _with_redis(
             return 1
         try:
             return await body(redis, keys, url, stop)
+        except NoPermissionError as exc:  # a Redis user (agon acl) not meant for this command
+            print(f"agon {args.command}: Redis refused this user: {exc}", file=sys.stderr)
+            return 1
         finally:
             await redis.aclose()
 
@@ -510,6 +525,12 @@ class _Rebuild:
             default=os.cpu_count() or 1,
             help="processes replaying logs (default: one per core)",
         )
+        parser.add_argument(
+            "--chunk",
+            type=positive_int,
+            default=1000,
+            help="games folded per step; -v logs each step (default: 1000)",
+        )
         parser.add_argument("--json", action="store_true", help="end with a JSON summary line")
 
     @staticmethod
@@ -517,7 +538,7 @@ class _Rebuild:
         async def body(redis: Client, keys: Keys, url: str, stop: asyncio.Event) -> int:
             before = await snapshot(redis, keys) if args.check else {}
             started = time.perf_counter()
-            stats = await rebuild(redis, keys, workers=args.workers, url=url)
+            stats = await rebuild(redis, keys, args.chunk, workers=args.workers, url=url)
             seconds = time.perf_counter() - started
             for line in stats.skipped:
                 print(f"  skipped {line}")
@@ -578,12 +599,19 @@ class _Up:
             settings = gateway_settings(args, url, keys)
             try:
                 async with serving(settings, args.host, args.port, redis=redis) as site:
+                    beating = asyncio.create_task(
+                        beat_as_gateway(redis, keys, settings, site, stop)
+                    )
                     print(
                         f"agon up: ready on {redact(url)}: engine x{args.engines}, projector,"
                         f" dispatcher, bots {bots}; the gateway serves {site}",
                         flush=True,
                     )
-                    return await _up_until_stopped(args, services, redis, keys, bots, stop)
+                    try:
+                        return await _up_until_stopped(args, services, redis, keys, bots, stop)
+                    finally:
+                        stop.set()
+                        await beating
             except OSError as exc:
                 await services.stop()
                 print(f"agon up: {exc}; pick another with --port", file=sys.stderr)
@@ -603,6 +631,10 @@ def add_listen_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--port", type=port_number, default=8080, help="port (default: %(default)s)"
     )
+    parser.add_argument(
+        "--archive", metavar="DIR", default=os.environ.get(ARCHIVE_ENV, ""),
+        help=f"also serve the games archived in DIR (agon archive; default: ${ARCHIVE_ENV})",
+    )  # fmt: skip
 
 
 def gateway_settings(args: argparse.Namespace, url: str, keys: Keys) -> GatewaySettings:
@@ -612,7 +644,33 @@ def gateway_settings(args: argparse.Namespace, url: str, keys: Keys) -> GatewayS
         allowed_origins=tuple(getattr(args, "allow_origin", ())),
         rate_per_s=args.rate_limit,
         burst=max(1, int(2 * args.rate_limit)),
+        name=consumer_name("gateway"),  # its heartbeat and its reply stream say who it is
+        archive=archive_dir(args.archive),
     )
+
+
+def archive_dir(given: str) -> str:
+    if given and not os.path.isdir(given):
+        raise UsageError(f"--archive {given}: no such directory (agon archive --to DIR makes one)")
+    return given
+
+
+async def beat_as_gateway(
+    redis: Client, keys: Keys, settings: GatewaySettings, url: str, stop: asyncio.Event
+) -> None:
+    """A gateway's heartbeat, so that `agon status` lists it beside its reply stream, until
+    `stop`; then it is removed. A gateway holds no group work, so nothing claims after it."""
+    name = settings.name
+    while not stop.is_set():
+        with contextlib.suppress(*TRANSIENT_ERRORS):
+            await write_heartbeat(
+                redis, keys.processes(), name, "gateway", "", url=url,
+                replies=keys.reply_stream(name),
+            )  # fmt: skip
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), HEARTBEAT_EVERY_S)
+    with contextlib.suppress(Exception):
+        await redis.hdel(keys.processes(), name)
 
 
 def port_number(text: str) -> int:
@@ -687,11 +745,16 @@ class _Gateway:
     def run(args: argparse.Namespace) -> int:
         async def body(redis: Client, keys: Keys, url: str, stop: asyncio.Event) -> int:
             settings = gateway_settings(args, url, keys)
+            site = f"http://{args.host}:{args.port}"
+            beating = asyncio.create_task(beat_as_gateway(redis, keys, settings, site, stop))
             try:
                 await serve_until(settings, args.host, args.port, stop, redis)
             except OSError as exc:
                 print(f"agon gateway: {exc}", file=sys.stderr)
                 return 1
+            finally:
+                stop.set()
+                await beating
             return 0
 
         return _with_redis(
@@ -730,14 +793,40 @@ class _Service:
                 default=24.0,
                 help="how long a command id is remembered (its reply repeated) (default: 24)",
             )
+            parser.add_argument(
+                "--ack-replicas",
+                type=non_negative_int,
+                default=0,
+                help="report a command done only once this many replicas hold its events "
+                "(Redis WAIT; see deploy/README.md) (default: 0)",
+            )
+            parser.add_argument(
+                "--ack-timeout-ms",
+                type=positive_int,
+                default=1000,
+                help="how long to wait for those replicas before leaving it unreported "
+                "(default: 1000)",
+            )
         parser.add_argument(
             "--drain", action="store_true", help="process what is there, then exit (burst mode)"
         )
 
-    def _make(self, redis: Client, keys: Keys, args: argparse.Namespace) -> list[StreamConsumer]:
+    def _make(
+        self, redis: Client, keys: Keys, args: argparse.Namespace
+    ) -> list[StreamConsumer | Director]:
+        if self.kind == "director":
+            return [Director(redis, keys)]
         if self.kind == "engine":
             ttl = int(args.idempotency_hours * 3_600_000)
-            return [EngineService(redis, keys, batch=args.batch, reply_ttl_ms=ttl)]
+            engine = EngineService(
+                redis,
+                keys,
+                batch=args.batch,
+                reply_ttl_ms=ttl,
+                replicas=args.ack_replicas,
+                replica_timeout_ms=args.ack_timeout_ms,
+            )
+            return [engine]
         if self.kind == "projector":
             return [Projector(redis, keys)]
         if self.kind == "dispatcher":
@@ -774,12 +863,14 @@ GATEWAY = _Gateway()
 PROJECTOR = _Service("projector")
 DISPATCHER = _Service("dispatcher")
 BOTS = _Service("bots")
+DIRECTOR = _Service("director")
 SELFPLAY = _Selfplay()
 VERIFY = _Verify()
 REBUILD = _Rebuild()
 
 __all__ = [
     "BOTS",
+    "DIRECTOR",
     "DISPATCHER",
     "ENGINE",
     "PROJECTOR",

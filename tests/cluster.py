@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -258,6 +259,43 @@ class RedisClusterProcesses:
             proc.kill()
             proc.wait(timeout=5)
 
+    def replica_of(self, port: int) -> int:
+        """The port of a replica that follows the master on `port` now."""
+        rows = self.cluster_nodes()
+        master = next(row["id"] for row in rows if int(row["port"]) == port)
+        return next(int(row["port"]) for row in rows if row["master"] == master)
+
+    def pause(self, port: int) -> None:
+        """SIGSTOP the node on `port`: it neither answers nor replicates until `resume`."""
+        node = self._node(port)
+        if node.process is not None:
+            node.process.send_signal(signal.SIGSTOP)
+
+    def cut_replica_links(self, port: int) -> None:
+        """Make the master on `port` drop its replicas' connections (a broken link)."""
+        _command(port, "CLIENT", "KILL", "TYPE", "replica")
+
+    def resume(self, port: int) -> None:
+        node = self._node(port)
+        if node.process is not None:
+            node.process.send_signal(signal.SIGCONT)
+
+    def revive(self, port: int) -> None:
+        """Start a killed node again from its directory: it rejoins the cluster with the
+        configuration it kept (`nodes.conf`), as a replica if another node took its slots."""
+        node = self._node(port)
+        if node.running:
+            return
+        self._spawn(node)
+        deadline = time.monotonic() + NODE_START_TIMEOUT_S
+        while True:
+            with contextlib.suppress(OSError):
+                if _command(port, "PING", timeout=0.5).startswith(b"+PONG"):
+                    return
+            if time.monotonic() >= deadline:
+                raise RedisClusterError(f"node {port} did not come back\n" + node.log_tail())
+            time.sleep(0.02)
+
     def stop(self) -> None:
         """Kill every node and remove their directories; safe to call twice."""
         self._stop_nodes()
@@ -313,14 +351,7 @@ class RedisClusterProcesses:
                 directory=Path(tempfile.mkdtemp(prefix="agon-cluster-")),
             )
             self.nodes.append(node)
-            node.process = subprocess.Popen(
-                self._args(node),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                # preexec_fn is unsafe only with threads forking concurrently; we start first.
-                preexec_fn=_die_with_parent,
-            )
+            self._spawn(node)
         deadline = time.monotonic() + NODE_START_TIMEOUT_S
         pending = list(self.nodes)
         while pending:
@@ -340,6 +371,16 @@ class RedisClusterProcesses:
                 )
             if pending:
                 time.sleep(0.02)
+
+    def _spawn(self, node: ClusterNode) -> None:
+        node.process = subprocess.Popen(
+            self._args(node),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            # preexec_fn is unsafe only with threads forking concurrently; we start first.
+            preexec_fn=_die_with_parent,
+        )
 
     def _args(self, node: ClusterNode) -> list[str]:
         return [

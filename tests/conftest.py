@@ -151,3 +151,13 @@ async def arena(redis: aioredis.Redis, namespace: str) -> AsyncIterator[Arena]:
 async def client(arena: Arena) -> TestClient:
     """A gateway of `arena` over real HTTP on the loopback, and a client of it."""
     return await arena.gateway()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The fault suite's table: one line per scenario that ran (tests/faults.py)."""
+    from tests.faults import LINES
+
+    if LINES:
+        terminalreporter.write_sep("-", "faults: one line per scenario")
+        for line in LINES:
+            terminalreporter.write_line(str(line))

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 import hiredis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.connection import AbstractConnection, Connection
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import (
@@ -115,6 +115,19 @@ def plain_client(url: str, **kwargs: Any) -> Redis:
     return redis
 
 
+class _ClosedMidSend(Connection):
+    """redis-py's connection, but one that another task closed while this one was sending
+    (what happens to a dead node's connections in a failover) fails as a ConnectionError,
+    which every retry knows, rather than an AttributeError of its half-closed writer."""
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        try:
+            await super().send_packed_command(command, check_health)
+        except AttributeError as exc:
+            await self.disconnect(nowait=True)
+            raise RedisConnectionError(f"connection closed while sending ({exc})") from None
+
+
 class _StreamsCluster(RedisCluster):
     """redis-py's cluster client, routing XREAD/XREADGROUP without asking the server.
 
@@ -122,6 +135,12 @@ class _StreamsCluster(RedisCluster):
     where they go on every call: two extra round trips per read, on the hottest path of
     every consumer. Their keys are what follows STREAMS, first half.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.nodes_manager.connection_kwargs["connection_class"] = _ClosedMidSend
+        for node in self.nodes_manager.startup_nodes.values():
+            node.connection_class = _ClosedMidSend
 
     async def _determine_slot(self, command: str, *args: Any) -> int:
         if command.upper() in ("XREAD", "XREADGROUP"):

@@ -9,13 +9,16 @@ cluster the client routes it by its first key).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from redis.exceptions import NoScriptError
+from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
+from redis.exceptions import AskError, MovedError, NoScriptError, RedisClusterException
 
-from services.bus.connection import Client
+from services.bus.connection import TRANSIENT_ERRORS, Client
 
 #: One script call: its keys and its arguments.
 Call = tuple[Sequence[Any], Sequence[Any]]
@@ -64,6 +67,77 @@ class Script:
             await self.load(client)
             todo = lost
         return results
+
+    async def run_replicated(
+        self, client: Client, calls: Sequence[Call], replicas: int, timeout_ms: int
+    ) -> list[tuple[Any, bool]]:
+        """Run the calls, then `WAIT replicas timeout_ms` on the connection that ran them.
+
+        Returns per call its answer (or error) and whether at least `replicas` replicas
+        acknowledged it. WAIT covers the writes of its own connection only, so each node's
+        calls and their WAIT travel on one connection: one pipeline on a single server, the
+        node's own connection on a cluster, with no redirection: a call that met MOVED or a
+        dropped connection is just not confirmed, and its caller asks again later.
+        """
+        if not isinstance(client, RedisCluster):
+            return await self._replicated(client, None, calls, replicas, timeout_ms)
+        by_node: dict[str, tuple[ClusterNode, list[int]]] = {}
+        for i, (keys, _) in enumerate(calls):
+            node = client.get_node_from_key(keys[0])
+            if node is None:
+                raise RedisClusterException(f"no node serves {keys[0]!r}")
+            by_node.setdefault(node.name, (node, []))[1].append(i)
+        groups = list(by_node.values())
+        answers = await asyncio.gather(
+            *(
+                self._replicated(client, node, [calls[i] for i in idx], replicas, timeout_ms)
+                for node, idx in groups
+            ),
+            return_exceptions=True,
+        )
+        out: list[tuple[Any, bool]] = [(None, False)] * len(calls)
+        stale = False
+        for (_, idx), answer in zip(groups, answers, strict=True):
+            if isinstance(answer, BaseException):
+                stale = True
+                answer = [(answer, False)] * len(idx)
+            for i, one in zip(idx, answer, strict=True):
+                out[i] = one
+                stale = stale or isinstance(one[0], MovedError | AskError)
+        if stale:  # the slots moved (a failover): learn where they went before the next call
+            with contextlib.suppress(*TRANSIENT_ERRORS, RedisClusterException):
+                await client.nodes_manager.initialize()
+        return out
+
+    async def _replicated(
+        self,
+        client: Client,
+        node: ClusterNode | None,
+        calls: Sequence[Call],
+        replicas: int,
+        timeout_ms: int,
+        load: bool = False,
+    ) -> list[tuple[Any, bool]]:
+        words: list[tuple[Any, ...]] = [("SCRIPT", "LOAD", self.lua)] if load else []
+        words += [("EVALSHA", self.sha, len(keys), *keys, *args) for keys, args in calls]
+        words.append(("WAIT", replicas, timeout_ms))
+        if node is None:
+            pipe = client.pipeline(transaction=False)
+            for command in words:
+                pipe.execute_command(*command)
+            answers = await pipe.execute(raise_on_error=False)
+        else:
+            commands = [PipelineCommand(i, *command) for i, command in enumerate(words)]
+            await node.execute_pipeline(commands)
+            answers = [command.result for command in commands]
+        answers = answers[1:] if load else answers
+        if not load and any(isinstance(a, NoScriptError) for a in answers[:-1]):
+            # Nothing after the first NOSCRIPT is lost: every call checks its own head and
+            # command id, so sending them all again with the script is safe.
+            return await self._replicated(client, node, calls, replicas, timeout_ms, load=True)
+        acked = answers[-1]
+        ok = not isinstance(acked, BaseException) and int(acked) >= replicas
+        return [(a, ok and not isinstance(a, BaseException)) for a in answers[:-1]]
 
     async def __call__(self, client: Client, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         return (await self.run_many(client, [(keys, args)]))[0]

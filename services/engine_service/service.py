@@ -56,7 +56,13 @@ from services.bus.consumer import (
 from services.bus.keys import ENGINE_GROUP, Keys
 from services.bus.secret import shared_secret
 from services.engine_service.decide import GameRecord, Reject, Rules
-from services.engine_service.store import Commit, Committed, EventStore, SeqConflict
+from services.engine_service.store import (
+    Commit,
+    Committed,
+    EventStore,
+    SeqConflict,
+    Unconfirmed,
+)
 
 log = logging.getLogger("agon.engine")
 
@@ -96,6 +102,8 @@ class EngineStats:
     rejected: int = 0
     duplicates: int = 0
     conflicts: int = 0
+    #: commits that fewer replicas than asked acknowledged (left pending, not replied to)
+    unconfirmed: int = 0
     malformed: int = 0
     dead_lettered: int = 0
     moves: int = 0
@@ -134,6 +142,8 @@ class EngineService(StreamConsumer):
         cache_size: int = 10_000,
         clock: Callable[[], int] = now_ms,
         reply_ttl_ms: int = 24 * 3_600_000,
+        replicas: int = 0,
+        replica_timeout_ms: int = 1000,
     ) -> None:
         keys = keys or Keys()
         self._streams = {keys.commands(p): p for p in keys.all_partitions()}
@@ -149,7 +159,15 @@ class EngineService(StreamConsumer):
             max_deliveries=MAX_DELIVERIES,
         )
         self.consumer = self.reader.consumer
-        self.store = EventStore(redis, keys, reply_ttl_ms=reply_ttl_ms)
+        # With `replicas`, nothing is reported done (replied to, acknowledged) before that
+        # many replicas hold it: a master that dies then loses no acknowledged event.
+        self.store = EventStore(
+            redis,
+            keys,
+            reply_ttl_ms=reply_ttl_ms,
+            replicas=replicas,
+            replica_timeout_ms=replica_timeout_ms,
+        )
         #: the rules, once the secret is known (`setup`)
         self.rules = Rules(secret) if secret is not None else None
         self.clock = clock
@@ -168,6 +186,7 @@ class EngineService(StreamConsumer):
             "accepted": c.accepted,
             "rejected": c.rejected,
             "conflicts": c.conflicts,
+            "unconfirmed": c.unconfirmed,
             "malformed": c.malformed,
             "dead": c.dead_lettered + self.entries_set_aside,
         }
@@ -295,6 +314,13 @@ class EngineService(StreamConsumer):
             raise
         retry: list[Work] = []
         for work, commit, result in zip(decided, commits, results, strict=True):
+            if isinstance(result, Unconfirmed):
+                # Maybe in the log, maybe not: tell nobody, keep the entry pending. The
+                # sender's retry (same command id), or a later claim of the entry, finds
+                # it done (and waits for the replicas again) or does it again.
+                self.counts.unconfirmed += 1
+                self._evict(work.command.game_id)
+                continue
             if isinstance(result, SeqConflict):
                 self.counts.conflicts += 1
                 self._evict(work.command.game_id)
@@ -418,7 +444,7 @@ class EngineService(StreamConsumer):
         rides in the commit; one with a reply is acknowledged only after the reply went
         out. The script can only ack on its own partition's command stream.
         """
-        if work.command.reply_to:
+        if work.command.reply_to or self.store.replicas:
             return b""
         entry = work.entry
         if self._streams.get(entry.stream) != self.store.partition(work.command.game_id):

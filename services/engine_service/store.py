@@ -49,7 +49,8 @@ COMMITS_PER_CALL = 64
 # KEYS: feed, games registry, the partition's command stream, then per commit: log,
 #       replies memory.
 # ARGV[1]: msgpack [feed maxlen (0 = unbounded), consumer group, reply memory ttl (ms),
-#          commit, commit...]
+#          touch (1: write a duplicate's reply again, so that a WAIT after this call covers
+#          the first commit too), commit, commit...]
 #          where each commit is [head, command id, reply, remember (0: no, 1: yes, 2: and
 #          the game ends: start the memory's TTL), time (decimal text), game id,
 #          [event bytes...], command entry id to acknowledge or ""].
@@ -57,11 +58,11 @@ COMMITS_PER_CALL = 64
 # (conflict) or 2 + new head (committed).
 _COMMIT_LUA = """
 local call = cmsgpack.unpack(ARGV[1])
-local maxlen, group, ttl = tonumber(call[1]), call[2], tonumber(call[3])
+local maxlen, group, ttl, touch = tonumber(call[1]), call[2], tonumber(call[3]), call[4]
 local out = {}
 for c = 1, (#KEYS - 3) / 2 do
   local log, replies = KEYS[2 + 2 * c], KEYS[3 + 2 * c]
-  local commit = call[c + 3]
+  local commit = call[c + 4]
   local expected, cid, reply = tonumber(commit[1]), commit[2], commit[3]
   local remember, time, gid, events = commit[4], commit[5], commit[6], commit[7]
   local ack = commit[8]
@@ -70,6 +71,7 @@ for c = 1, (#KEYS - 3) / 2 do
   if seen then
     out[#out + 1] = 0
     out[#out + 1] = seen
+    if touch == 1 then redis.call('HSET', replies, cid, seen) end
     if ack ~= '' then redis.call('XACK', KEYS[3], group, ack) end
   else
     local head = redis.call('XLEN', log)
@@ -110,6 +112,16 @@ class SeqConflict(Exception):
         self.actual = actual
 
 
+class Unconfirmed(Exception):
+    """Fewer replicas than asked acknowledged a commit in time (or its call failed): it
+    may or may not be in the log, and it must not be reported as done."""
+
+    def __init__(self, game_id: str, cause: object) -> None:
+        reason = cause if isinstance(cause, BaseException) else "replicas did not acknowledge"
+        super().__init__(f"game {game_id}: commit not confirmed ({reason})")
+        self.game_id = game_id
+
+
 @dataclass(frozen=True, slots=True)
 class Commit:
     """One command's effect: its events (encoded, seqs head+1...) and its reply.
@@ -143,6 +155,10 @@ class Committed:
     duplicate: bool
 
 
+#: What one commit came to.
+Outcome = Committed | SeqConflict | Unconfirmed
+
+
 class EventStore:
     """Game logs, feeds and command replies in one Redis deployment (`Keys`)."""
 
@@ -152,11 +168,15 @@ class EventStore:
         keys: Keys | None = None,
         feed_maxlen: int = 0,
         reply_ttl_ms: int = 24 * 3_600_000,
+        replicas: int = 0,
+        replica_timeout_ms: int = 1000,
     ) -> None:
         self.redis = redis
         self.keys = keys or Keys()
         self.feed_maxlen = feed_maxlen
         self.reply_ttl_ms = reply_ttl_ms
+        self.replicas = replicas
+        self.replica_timeout_ms = replica_timeout_ms
         self._key_cache: dict[str, tuple[int, str, str]] = {}
 
     # -- writing -------------------------------------------------------------------------
@@ -181,7 +201,8 @@ class EventStore:
     def _call_args(self, p: int, commits: Sequence[Commit]) -> list[Any]:
         k = self.keys
         keys: list[Any] = [k.feed(p), k.games(p), k.commands(p)]
-        body: list[Any] = [self.feed_maxlen, ENGINE_GROUP, self.reply_ttl_ms]
+        touch = 1 if self.replicas else 0
+        body: list[Any] = [self.feed_maxlen, ENGINE_GROUP, self.reply_ttl_ms, touch]
         for c in commits:
             _, log, replies = self._game_keys(c.game_id)
             keys += (log, replies)
@@ -217,16 +238,20 @@ class EventStore:
         return Committed(reply=c.reply, head=int(value), duplicate=False)
 
     async def commit(self, c: Commit) -> Committed:
-        """Append one command's events atomically; raise `SeqConflict` if the head moved."""
+        """Append one command's events atomically; raise `SeqConflict` if the head moved
+        and `Unconfirmed` if the replicas asked for did not acknowledge it."""
         (result,) = await self.commit_many([c])
-        if isinstance(result, SeqConflict):
+        if isinstance(result, SeqConflict | Unconfirmed):
             raise result
         return result
 
-    async def commit_many(self, commits: Sequence[Commit]) -> list[Committed | SeqConflict]:
+    async def commit_many(self, commits: Sequence[Commit]) -> list[Outcome]:
         """Many commits in one round trip, each atomic on its own, in order per partition.
 
-        Conflicts are returned, not raised, so that the caller can retry just those.
+        Conflicts are returned, not raised, so that the caller can retry just those. With
+        `replicas`, a commit that fewer replicas acknowledged within `replica_timeout_ms`
+        (or whose call failed, as in a failover) is `Unconfirmed`: its sender must not be
+        told, and a later attempt with the same command id finds it done or does it again.
         """
         if not commits:
             return []
@@ -239,13 +264,20 @@ class EventStore:
                 group.clear()
             group.append(i)
         calls += by_partition.values()
-        raws = await _COMMIT.run_many(
-            self.redis,
-            [self._script_call(call, commits) for call in calls],
-            raise_on_error=False,
-        )
-        out: list[Committed | SeqConflict | None] = [None] * len(commits)
-        for call, raw in zip(calls, raws, strict=True):
+        script_calls = [self._script_call(call, commits) for call in calls]
+        if self.replicas:
+            answers = await _COMMIT.run_replicated(
+                self.redis, script_calls, self.replicas, self.replica_timeout_ms
+            )
+        else:
+            raws = await _COMMIT.run_many(self.redis, script_calls, raise_on_error=False)
+            answers = [(raw, True) for raw in raws]
+        out: list[Outcome | None] = [None] * len(commits)
+        for call, (raw, confirmed) in zip(calls, answers, strict=True):
+            if not confirmed:
+                for i in call:
+                    out[i] = Unconfirmed(commits[i].game_id, raw)
+                continue
             if isinstance(raw, Exception):
                 raise raw
             for j, i in enumerate(call):

@@ -1,0 +1,189 @@
+"""The fault suite's one line per scenario: what was acknowledged, lost, doubled, left dead.
+
+Each fault test ends with `record(FaultLine(...))`; the session prints every line at the end
+(`pytest_terminal_summary` in conftest.py), so `make faults` shows the whole table at once.
+The honest drivers (`drive`) play Teeko as people do and write down every event the engine
+acknowledged; `lost_and_doubled` compares that with the logs afterwards.
+
+A line with `promise=False` is a measurement of what Agon does not promise (e.g. failovers
+without WAIT): its losses are printed, not failed on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass, field
+
+from redis.exceptions import RedisClusterException
+
+from engine import load_game
+from engine.core import State
+from schemas.base import new_command_id
+from schemas.codec import unpack_event
+from schemas.commands import Command, CreateGame, PlayMove, SeatPlayer, SeatSpec
+from schemas.replies import Accepted, Reply
+from services.bus.clients import CommandClient, QueryClient
+from services.bus.connection import TRANSIENT_ERRORS, Client
+from services.bus.keys import Keys
+from services.projector.fold import fold
+
+
+@dataclass(frozen=True)
+class FaultLine:
+    scenario: str
+    games: int
+    acked: int
+    lost: int
+    doubled: int = 0
+    dead_consumers: int = 0
+    wedged: int = 0
+    problems: int = 0
+    promise: bool = True
+    #: anything else worth a figure (e.g. how long play took to resume)
+    note: str = ""
+
+    def __str__(self) -> str:
+        verdict = "measured" if not self.promise else "ok" if self.clean else "FAILED"
+        return (
+            f"{self.scenario:<44} games {self.games:>4}  acked {self.acked:>6}  "
+            f"lost {self.lost:>3}  doubled {self.doubled:>3}  dead consumers "
+            f"{self.dead_consumers:>2}  wedged {self.wedged:>2}  verify problems "
+            f"{self.problems:>3}  {verdict}" + (f"  ({self.note})" if self.note else "")
+        )
+
+    @property
+    def clean(self) -> bool:
+        counts = (self.lost, self.doubled, self.dead_consumers, self.wedged, self.problems)
+        return not any(counts)
+
+
+LINES: list[FaultLine] = []
+
+
+def record(line: FaultLine) -> None:
+    LINES.append(line)
+
+
+# -- honest drivers: what was acknowledged, and was it kept ----------------------------------
+#: What makes a driver send its command again: no reply in time, or Redis away for a moment.
+RESENT: tuple[type[Exception], ...] = (TimeoutError, RedisClusterException, *TRANSIENT_ERRORS)
+
+
+@dataclass
+class Acked:
+    """An acknowledged command: the events it produced are seqs first..last of the game."""
+
+    game_id: str
+    first: int
+    last: int
+    kind: str
+    move: str = ""
+
+
+@dataclass
+class Tally:
+    acked: list[Acked] = field(default_factory=list)
+    resyncs: int = 0
+    #: per game, the move commands sent (distinct command ids)
+    sent: dict[str, int] = field(default_factory=dict)
+    unanswered: int = 0
+    recovery_s: float = 0.0
+
+
+async def ask(client: CommandClient, command: Command, stop_at: float, tally: Tally) -> Reply:
+    """The command's reply, sending it again (same id) through failovers until answered."""
+    while True:
+        try:
+            return await client.submit(command, timeout_s=1.0)
+        except RESENT:
+            tally.unanswered += 1
+            if time.monotonic() > stop_at + 30:
+                raise
+            await asyncio.sleep(0.1)
+
+
+async def resync(redis: Client, keys: Keys, game_id: str) -> tuple[State, int]:
+    """The game as its log has it now (after a rejection: the log is the truth)."""
+    entries = await QueryClient(redis, keys).log(game_id)
+    game = fold(game_id, (unpack_event(e.data) for e in entries))
+    assert game.state is not None
+    return game.state, game.seq
+
+
+async def drive(
+    redis: Client, keys: Keys, client: CommandClient, n: int, stop_at: float, tally: Tally
+) -> None:
+    """Play games one after another until `stop_at`, recording what was acknowledged."""
+    rng = random.Random(n)
+    while time.monotonic() < stop_at:
+        gid = f"fo{n}x{rng.randrange(10**9)}"
+        seats = [SeatSpec(kind="human", name="ann"), SeatSpec(kind="human", name="bob")]
+        create = CreateGame(command_id=new_command_id(), game_id=gid, game="teeko", seats=seats)
+        reply = await ask(client, create, stop_at, tally)
+        assert isinstance(reply, Accepted), reply
+        tally.acked.append(Acked(gid, 1, reply.seq, "game_created"))
+        seq, tokens = reply.seq, {}
+        for seat, name in ((1, "ann"), (2, "bob")):
+            take = SeatPlayer(command_id=new_command_id(), game_id=gid, seat=seat, name=name)
+            reply = await ask(client, take, stop_at, tally)
+            assert isinstance(reply, Accepted) and reply.token, reply
+            tally.acked.append(Acked(gid, seq + 1, reply.seq, "player_seated"))
+            seq, tokens[seat] = reply.seq, reply.token
+        state = load_game("teeko").new_initial_state()
+        while not state.is_terminal and time.monotonic() < stop_at:
+            move = str(rng.choice(state.legal_moves()))
+            seat = state.seat_to_move
+            play = PlayMove(
+                command_id=new_command_id(),
+                game_id=gid,
+                seat=seat,
+                token=tokens[seat],
+                move=move,
+                expected_seq=seq,
+            )
+            tally.sent[gid] = tally.sent.get(gid, 0) + 1
+            reply = await ask(client, play, stop_at, tally)
+            if isinstance(reply, Accepted):
+                tally.acked.append(Acked(gid, seq + 1, reply.seq, "move_played", move))
+                state.apply(move)
+                seq = reply.seq
+            else:  # the log lost what this driver was told (no WAIT): play on from the log
+                tally.resyncs += 1
+                state, seq = await resync(redis, keys, gid)
+
+
+async def lost_and_doubled(redis: Client, keys: Keys, tally: Tally) -> tuple[int, int]:
+    """Acknowledged commands whose event is not in its log where the reply said it was,
+    and events beyond what was sent (a command applied twice)."""
+    query = QueryClient(redis, keys)
+    logs = {}
+    for gid in {a.game_id for a in tally.acked}:
+        logs[gid] = [unpack_event(e.data) for e in await query.log(gid)]
+    lost = 0
+    for a in tally.acked:
+        events = logs[a.game_id][a.first - 1 : a.last]
+        if not any(
+            ev["type"] == a.kind and (not a.move or ev.get("move") == a.move) for ev in events
+        ):
+            lost += 1
+    doubled = 0
+    for gid, events in logs.items():
+        kinds = [ev["type"] for ev in events]
+        doubled += max(0, kinds.count("game_created") - 1)
+        doubled += max(0, kinds.count("player_seated") - 2)
+        doubled += max(0, kinds.count("move_played") - tally.sent.get(gid, 0))
+    return lost, doubled
+
+
+async def settle(redis: Client, keys: Keys, game_ids: set[str]) -> None:
+    """Wait until the projector has caught up with every game's log."""
+    query = QueryClient(redis, keys)
+    ids = sorted(game_ids)
+    for _ in range(200):
+        heads = await query.heads(ids)
+        views = await query.views(ids)
+        if all(v is not None and v["seq"] == h for v, h in zip(views, heads, strict=True)):
+            return
+        await asyncio.sleep(0.1)
