@@ -70,11 +70,12 @@ def free_port() -> int:
 
 
 def _ping(port: int) -> bool:
-    """True when a Redis answers PING on the port (raw RESP: no client needed this early)."""
+    """True when a Redis answers PING on the port (raw RESP: no client needed this early);
+    one that asks for a login first (an ACL file with `default` off) answers too."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
             s.sendall(b"PING\r\n")
-            return s.recv(64).startswith(b"+PONG")
+            return s.recv(64).startswith((b"+PONG", b"-NOAUTH"))
     except OSError:
         return False
 
@@ -95,7 +96,8 @@ class EmbeddedRedis:
 
     `appendonly=True` turns on AOF (fsync every write) so `restart()` keeps the data: the fault
     tests use it to restart Redis under a running pipeline. `databases` is raised above Redis's 16
-    so that the tests can give every test a fresh database index.
+    so that the tests can give every test a fresh database index. `aclfile` starts it with
+    those users (`agon acl`).
     """
 
     def __init__(
@@ -104,13 +106,17 @@ class EmbeddedRedis:
         binary: str | None = None,
         port: int | None = None,
         appendonly: bool = False,
+        appendfsync: str = "always",
         databases: int = 16,
         directory: str | Path | None = None,
+        aclfile: str | Path | None = None,
     ) -> None:
         self.binary = binary or find_redis_server()
         self.port = port or 0
         self.appendonly = appendonly
+        self.appendfsync = appendfsync
         self.databases = databases
+        self.aclfile = aclfile
         self._own_dir = directory is None
         self.directory = Path(directory) if directory else None
         self.process: subprocess.Popen[bytes] | None = None
@@ -158,11 +164,13 @@ class EmbeddedRedis:
             "--logfile", str(log),
             "--save", "",
             "--appendonly", "yes" if self.appendonly else "no",
-            "--appendfsync", "always",
+            "--appendfsync", self.appendfsync,
             "--databases", str(self.databases),
             "--daemonize", "no",
             "--protected-mode", "yes",
         ]  # fmt: skip
+        if self.aclfile is not None:
+            args += ["--aclfile", str(self.aclfile)]
         self.process = subprocess.Popen(
             args,
             stdin=subprocess.DEVNULL,

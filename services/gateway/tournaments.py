@@ -4,7 +4,8 @@ Reading is open to anyone: the list, one tournament's report (standings, crossta
 ratings, a match's SPRT trajectory), its standings as CSV, and the Glicko-2 leaderboards of
 a game. Creating and cancelling are the operator's: the request must carry the admin token
 (`schemas.tokens.admin_token`, as `agon` prints it) as `Authorization: Bearer TOKEN`.
-A director (`agon up` runs one) plays what is created.
+A director (`agon up` runs one) plays what is created. A gateway whose Redis user may
+not write tournament logs (`agon acl`: only the operator and the director may) answers 403.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hmac
 
 from aiohttp import web
+from redis.exceptions import NoPermissionError
 
 from engine import game_names
 from schemas.tokens import admin_token
@@ -33,6 +35,13 @@ from services.tournament.store import TournamentStore
 
 #: Tournaments a list shows.
 MAX_LIST = 200
+
+
+#: What a gateway whose Redis user may not write tournaments says to create or cancel.
+READ_ONLY = (
+    "this gateway may not write tournaments (its Redis user's rules): run `agon tournament "
+    "create` or `cancel` as the operator"
+)
 
 
 def _store(request: web.Request) -> TournamentStore:
@@ -71,7 +80,10 @@ async def create_tournament(request: web.Request) -> web.Response:
     if spec.game not in game_names():
         raise ApiError("invalid_request", f"unknown game {spec.game!r}; known: {game_names()}")
     tid = new_tournament_id()
-    await _store(request).create(tid, spec, now_ms())
+    try:
+        await _store(request).create(tid, spec, now_ms())
+    except NoPermissionError:
+        raise ApiError("forbidden", READ_ONLY, status=403) from None
     return respond(request, {"id": tid}, 201)
 
 
@@ -95,7 +107,10 @@ async def standings_file(request: web.Request) -> web.Response:
 
 async def cancel_tournament(request: web.Request) -> web.Response:
     _operator(request)
-    t = await cancel(_store(request), (await _load(request)).id)
+    try:
+        t = await cancel(_store(request), (await _load(request)).id)
+    except NoPermissionError:
+        raise ApiError("forbidden", READ_ONLY, status=403) from None
     return respond(request, summary(t))
 
 
