@@ -8,13 +8,24 @@ derived from the schedule and `CreateGame` is idempotent (its command id and gam
 the schedule's), so killing it anywhere and starting it again loses, doubles and re-pairs
 nothing; two directors at once only race for appends, and the loser folds again.
 A cancelled tournament's games still going are aborted by the operator (`aborted`).
+
+Any number of directors may run (`agon director`): each beats like a consumer
+(`Keys.processes`, role `director`), and the active tournaments are shared out among the
+live ones by rendezvous hashing of (director, tournament), so each tournament has one
+director at a time and a dead director's tournaments go to the others within a second.
+While the directors' view of who is alive differs (one starting or dying), two may direct
+the same tournament for a moment, which the guarded appends make harmless. A director of
+one tournament (`only`, what `agon tournament run` runs) directs it whoever else does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import zlib
+from collections.abc import Sequence
 from typing import Any
 
 from schemas.codec import FIELD_BYTES, unpack
@@ -22,8 +33,15 @@ from schemas.commands import Abort, CreateGame, SeatSpec
 from schemas.tokens import admin_token
 from schemas.tournaments import TournamentEnded
 from services.bus.clients import CommandClient
-from services.bus.connection import Client
-from services.bus.consumer import now_ms
+from services.bus.connection import TRANSIENT_ERRORS, Client
+from services.bus.consumer import (
+    DEAD_AFTER_MS,
+    HEARTBEAT_EVERY_S,
+    as_text,
+    consumer_name,
+    now_ms,
+    write_heartbeat,
+)
 from services.bus.keys import Keys
 from services.bus.secret import shared_secret
 from services.tournament.aggregate import End, Tournament, decide
@@ -56,6 +74,8 @@ class Director:
         self.only = only
         self.secret = secret or b""
         self.every_s = every_s
+        #: this director's name in the heartbeats
+        self.name = consumer_name(self.role)
         self.games_created = 0
         self.events_appended = 0
         #: each tournament as folded so far: a pass reads only the events after it
@@ -69,22 +89,74 @@ class Director:
         return {"games_created": self.games_created, "events": self.events_appended}
 
     async def run(self, stop: asyncio.Event) -> None:
-        log.info("director ready: %s", self.only or "every active tournament")
-        while not stop.is_set():
+        """Direct until `stop`, beating beside the passes; leave the heartbeats at the end."""
+        while not self.secret and not stop.is_set():
             try:
-                await self.drain()
-            except Exception:  # a bad pass must not end the director: log it, go on
-                log.exception("director: a pass failed; trying again")
+                await self.setup()
+            except TRANSIENT_ERRORS as exc:
+                log.warning("%s: Redis unavailable (%s); retrying", self.name, exc)
+                await asyncio.sleep(0.5)
+        done = asyncio.Event()
+        beating = asyncio.create_task(self._beat(done))
+        log.warning("%s ready: directing %s", self.name, self.only or "its share of tournaments")
+        try:
+            while not stop.is_set():
+                try:
+                    await self.drain()
+                except Exception:  # a bad pass must not end the director: log it, go on
+                    log.exception("director: a pass failed; trying again")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.every_s)
+        finally:
+            done.set()
+            await asyncio.wait([beating], timeout=2.0)
+            with contextlib.suppress(Exception):
+                await self.redis.hdel(self.keys.processes(), self.name)
+            log.info("%s stopped", self.name)
+
+    async def _beat(self, done: asyncio.Event) -> None:
+        """Tell the other directors (and `agon status`) that this one is alive, until `done`."""
+        extra = {"tournament": self.only} if self.only else {}
+        while not done.is_set():
+            try:
+                await write_heartbeat(
+                    self.redis, self.keys.processes(), self.name, self.role, "",
+                    **self.stats(), **extra,
+                )  # fmt: skip
+            except Exception as exc:
+                log.debug("%s: heartbeat failed: %s", self.name, exc)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.every_s)
+                await asyncio.wait_for(done.wait(), HEARTBEAT_EVERY_S)
 
     async def drain(self) -> int:
         """One pass over the tournaments; the number of events appended and games created."""
-        ids = [self.only] if self.only else await self.store.ids(active=True)
+        if not self.secret:
+            await self.setup()
+        if self.only:
+            ids = [self.only]
+        else:
+            ids = await self.store.ids(active=True)
+            if ids:
+                ids = share(ids, await self._peers(), self.name)
         done = 0
         for tid in ids:
             done += await self.advance(tid)
         return done
+
+    async def _peers(self) -> list[str]:
+        """The live directors that share the active tournaments out, this one among them."""
+        beats: Any = await self.redis.hgetall(self.keys.processes())
+        now = now_ms()
+        peers = {self.name}
+        for name, raw in beats.items():
+            try:
+                beat = json.loads(raw)
+                fresh = now - int(beat["time"]) <= DEAD_AFTER_MS
+            except (ValueError, KeyError, TypeError):
+                continue
+            if beat.get("role") == self.role and not beat.get("tournament") and fresh:
+                peers.add(as_text(name))
+        return sorted(peers)
 
     async def advance(self, tournament_id: str) -> int:
         t = self._folds.get(tournament_id)
@@ -171,6 +243,19 @@ class Director:
         )
         await self.store.retire(t.id)
         return len(going)
+
+
+def share(tournament_ids: Sequence[str], directors: Sequence[str], me: str) -> list[str]:
+    """The tournaments `me` directs: those whose highest (director, tournament) hash is its.
+
+    Rendezvous hashing: when a director comes or goes, only its own share moves.
+    """
+    mine = []
+    for tid in tournament_ids:
+        owner = max(directors, key=lambda d: (zlib.crc32(f"{d}|{tid}".encode()), d))
+        if owner == me:
+            mine.append(tid)
+    return mine
 
 
 async def cancel(store: TournamentStore, tournament_id: str, why: str = "") -> Tournament:
