@@ -1,16 +1,17 @@
 """`agon replay`: step through a game's log in the terminal, or print one position of it.
 
-The log comes from Redis (`agon replay GAME_ID`, `--redis-url`, default `$REDIS_URL`) or
-from a JSONL export (`agon replay --file EXPORT.jsonl`, no Redis; checked first as `agon
-verify-export` checks it). It is folded with `GameFold`, as the gateway folds it, so the
-position after ply N is the one `GET /api/games/{id}?ply=N` shows. Each position is drawn
-on the engine's geometry (`Board.render`: square and hexagonal boards alike) beside a key
-of the cell labels: pieces as X (colour 1) and O (colour 2), Overflow's stack heights, and
-on Supply Chains and Supplier Sabotage pieces the surplus Ludii prints on them
-(`State.display()`: a deficit never overwrites the last value shown), with `+` on a
-warehouse and `!` on a deficit warehouse. Below: who holds which colour, the scores, the
-seat to move, Teeko's hands, the result at the end, and the numbered move list with the
-current ply's move in brackets.
+The log comes from Redis (`agon replay GAME_ID`, `--redis-url`, default `$REDIS_URL`), from
+an archive for a game no longer in Redis (`--archive DIR`, default `$AGON_ARCHIVE`: `agon
+archive`), or from a JSONL export (`agon replay --file EXPORT.jsonl`, no Redis). A file is
+checked first as `agon verify-export` checks it (an archived one against its index, too).
+It is folded with `GameFold`, as the gateway folds it, so the position after ply N is the
+one `GET /api/games/{id}?ply=N` shows. Each position is drawn on the engine's geometry
+(`Board.render`: square and hexagonal boards alike) beside a key of the cell labels:
+pieces as X (colour 1) and O (colour 2), Overflow's stack heights, and on Supply Chains and
+Supplier Sabotage pieces the surplus Ludii prints on them (`State.display()`: a deficit
+never overwrites the last value shown), with `+` on a warehouse and `!` on a deficit
+warehouse. Below: who holds which colour, the scores, the seat to move, Teeko's hands, the
+result at the end, and the numbered move list with the current ply's move in brackets.
 
 On a terminal without `--ply` it is interactive (rich's `Live` on the alternate screen,
 keys read in cbreak mode): ←/→ (h/l, p/n) step, Home/End jump, q quits. Otherwise it prints
@@ -41,6 +42,7 @@ from engine import Move
 from engine.boards import Board
 from schemas.codec import unpack_event
 from schemas.events import NO_RESULT_REASONS
+from services.archive import ARCHIVE_ENV, Archive, ArchiveError
 from services.bus.clients import LogEntry, QueryClient
 from services.bus.connection import TRANSIENT_ERRORS, RedisUnavailable, connect, redact
 from services.bus.keys import Keys
@@ -81,6 +83,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="print the position after ply N and exit (default: step through it on a "
         "terminal, else print the end)",
+    )
+    parser.add_argument(
+        "--archive",
+        metavar="DIR",
+        default=os.environ.get(ARCHIVE_ENV, ""),
+        help=f"read a game that is not in Redis from this archive (default: ${ARCHIVE_ENV})",
     )
     add_service_arguments(parser)
 
@@ -123,19 +131,37 @@ def _from_file(name: str) -> list[LogEntry]:
 
 
 def _from_redis(args: argparse.Namespace) -> list[LogEntry]:
+    """The game's log from Redis, or from the archive when Redis has none."""
     url = args.redis_url
-    if not url:
+    if not url and not args.archive:
         raise UsageError(
-            "which Redis? pass --redis-url or set REDIS_URL (or replay an export with --file)"
+            "which Redis? pass --redis-url or set REDIS_URL (or replay an export with --file,"
+            " or an archived game with --archive DIR)"
         )
     keys = Keys(args.prefix, args.partitions)
-    entries = asyncio.run(_read_log(url, keys, args.game_id))
+    entries = asyncio.run(_read_log(url, keys, args.game_id)) if url else []
+    if not entries and args.archive:
+        entries = _from_archive(args.archive, args.game_id)
     if not entries:
+        places = [f"in Redis at {redact(url)} (key prefix {keys.prefix!r},"
+                  f" {keys.partitions} partitions)"] if url else []  # fmt: skip
+        places += [f"in the archive {args.archive}"] if args.archive else []
         raise UsageError(
-            f"no game {args.game_id!r} in Redis at {redact(url)} (key prefix {keys.prefix!r},"
-            f" {keys.partitions} partitions): check the id, or list games with GET /api/games"
+            f"no game {args.game_id!r} {' nor '.join(places)}: check the id, or list games"
+            " with GET /api/games (?status=archived)"
         )
     return entries
+
+
+def _from_archive(root: str, game_id: str) -> list[LogEntry]:
+    """An archived game's log, checked as `--file` is; [] if the archive has no such game."""
+    if not os.path.isdir(root):
+        raise UsageError(f"--archive {root}: no such directory")
+    try:
+        entries = Archive(root).load(game_id, replay=True, tree=True)
+    except ArchiveError as exc:
+        raise UsageError(f"{exc}; the archived file is not a sound game log") from None
+    return entries or []
 
 
 async def _read_log(url: str, keys: Keys, game_id: str) -> list[LogEntry]:

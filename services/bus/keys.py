@@ -22,6 +22,7 @@ Layout, for prefix "agon" and partition p:
     agon:{p}:botresults:<bot>           projector: one bot's results
     agon:{p}:results:<game>             projector: hash game id -> result record, per rules
     agon:{p}:tresults:<tournament>      projector: hash game id -> result record, per tournament
+    agon:{p}:archived                   archive: hash game id -> digest of the results it keeps
     agon:tour:{<id>}:log                a tournament's (or match's) events; entry id "<seq>-0"
     agon:tournaments                    zset tournament id -> creation time (ms)
     agon:tournaments:active             zset of the tournaments a director still runs
@@ -171,6 +172,12 @@ class Keys:
 
     def tournament_results_pattern(self) -> str:
         return self.any_partition("tresults:*")
+
+    # -- the archive (`agon archive`) ---------------------------------------------------
+    def archived(self, p: int) -> str:
+        """Games of partition p whose log went to an archive directory, each with a digest of
+        the results records it keeps (`services.projector.registry.kept_digest`)."""
+        return f"{self._p(p)}:archived"
 
     # -- tournaments -------------------------------------------------------------------
     def tournament_log(self, tournament_id: str) -> str:

@@ -4,10 +4,17 @@ Each turns a request into a command for the engine (through the command client) 
 read (views, logs); the engine alone decides legality, seats and tokens. A human's move
 names no seat: the gateway finds the seat whose recorded token hash the token matches,
 and otherwise lets the engine refuse it.
+
+A gateway started with an archive (`--archive DIR`, `agon archive`) also serves the games
+moved there: `GET /api/games?status=archived` lists them from the archive's index (the list
+without a status stays the games in Redis), and a game that is not in Redis is read from its
+file for its view (at any ply), replay views, events and export; its view says
+`"archived": true`.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aiohttp import web
@@ -20,7 +27,8 @@ from schemas.commands import CreateGame, PlayMove, Resign, SeatPlayer, SeatSpec
 from schemas.replies import Accepted, Reply
 from schemas.tokens import token_hash
 from services import export
-from services.bus.clients import STATUSES
+from services.archive import ARCHIVED, Archive, ArchiveError, open_archive
+from services.bus.clients import STATUSES, LogEntry
 from services.gateway import appkeys
 from services.gateway.http import (
     NDJSON,
@@ -34,7 +42,7 @@ from services.gateway.http import (
     submit,
 )
 from services.gateway.live import LiveEvent, follow
-from services.gateway.views import api_view
+from services.gateway.views import api_view, fold_at, start, views_of
 from services.projector.fold import GameFold
 
 MAX_PAGE = 200
@@ -100,20 +108,54 @@ async def list_games(request: web.Request) -> web.Response:
         if len(request.query.get(name, "")) > longest:
             raise ApiError("bad_request", f"{name} is longer than {longest} characters")
     status = request.query.get("status")
+    if status == ARCHIVED:
+        return await list_archived(request)
     if status is not None and status not in STATUSES:
-        raise ApiError("bad_request", f"status must be one of {', '.join(STATUSES)}")
+        raise ApiError("bad_request", f"status must be one of {', '.join((*STATUSES, ARCHIVED))}")
     try:
-        page = await request.app[appkeys.QUERY].games(
-            status=status,
-            game=request.query.get("game") or None,
-            player=request.query.get("player") or None,
-            limit=int_param(request, "limit", 50, 1, MAX_PAGE),
-            cursor=request.query.get("cursor") or None,
-        )
+        page = await request.app[appkeys.QUERY].games(status=status, **_filters(request))
     except ValueError as exc:
         raise ApiError("bad_request", str(exc)) from None
     games = [summary(v) for v in page.games]
     return respond(request, {"games": games, "cursor": page.cursor})
+
+
+def _filters(request: web.Request) -> dict[str, Any]:
+    """The list filters and page of a request: game, player, limit, cursor."""
+    return {
+        "game": request.query.get("game") or None,
+        "player": request.query.get("player") or None,
+        "limit": int_param(request, "limit", 50, 1, MAX_PAGE),
+        "cursor": request.query.get("cursor") or None,
+    }
+
+
+async def list_archived(request: web.Request) -> web.Response:
+    """Archived games, newest first, from the archive's index (filters and cursor as above)."""
+    where = archive_of(request.app)
+    if where is None:
+        raise ApiError("bad_request", "this gateway serves no archive: start it with --archive DIR")
+    try:
+        found, cursor = await asyncio.to_thread(where.page, **_filters(request))
+    except ValueError as exc:
+        raise ApiError("bad_request", str(exc)) from None
+    return respond(request, {"games": [e.summary() for e in found], "cursor": cursor})
+
+
+def archive_of(app: web.Application) -> Archive | None:
+    root = app[appkeys.SETTINGS].archive
+    return open_archive(root) if root else None
+
+
+async def archived_log(app: web.Application, game_id: str) -> list[LogEntry] | None:
+    """The log of a game in this gateway's archive (None: no archive, or not in it)."""
+    where = archive_of(app)
+    if where is None:
+        return None
+    try:
+        return await asyncio.to_thread(where.load, game_id)
+    except ArchiveError as exc:
+        raise ApiError("archive_damaged", str(exc), status=500) from None
 
 
 def summary(view: dict[str, Any]) -> dict[str, Any]:
@@ -142,20 +184,35 @@ async def game_or_404(request: web.Request, *, fresh: bool = True) -> GameFold:
     game_id = request.match_info["id"]
     states = request.app[appkeys.STATES]
     game = await (states.current(game_id) if fresh else states.known(game_id))
-    if game is None:
+    if game is None:  # archived games too: nobody plays or follows them any more
         raise ApiError("unknown_game", f"no game {game_id}")
     return game
 
 
+async def _archived_or_404(request: web.Request) -> list[LogEntry]:
+    """The log of the route's game from the archive, the game not being in Redis."""
+    game_id = request.match_info["id"]
+    entries = await archived_log(request.app, game_id)
+    if not entries:
+        raise ApiError("unknown_game", f"no game {game_id}")
+    return entries
+
+
 async def get_game(request: web.Request) -> web.Response:
+    states = request.app[appkeys.STATES]
+    game_id = request.match_info["id"]
     if "ply" in request.query:
         ply = int_param(request, "ply", 0, 0, MAX_PLY)
-        game = await request.app[appkeys.STATES].at_ply(request.match_info["id"], ply)
+        game = await states.at_ply(game_id, ply)
         if game is None:
-            raise ApiError("unknown_game", f"no game {request.match_info['id']}")
-    else:
-        game = await game_or_404(request)
-    return respond(request, api_view(game))
+            view = api_view(fold_at(await _archived_or_404(request), ply))
+            return respond(request, {**view, ARCHIVED: True})
+        return respond(request, api_view(game))
+    found = await states.current(game_id)
+    if found is None:
+        view = api_view(start(await _archived_or_404(request)))
+        return respond(request, {**view, ARCHIVED: True})
+    return respond(request, api_view(found))
 
 
 async def get_plies(request: web.Request) -> web.Response:
@@ -167,7 +224,7 @@ async def get_plies(request: web.Request) -> web.Response:
     game_id = request.match_info["id"]
     views = await request.app[appkeys.STATES].views_between(game_id, first, last)
     if views is None:
-        raise ApiError("unknown_game", f"no game {game_id}")
+        views = views_of(await _archived_or_404(request), first, last)
     return respond(request, {"views": views})
 
 
@@ -236,8 +293,14 @@ async def human_command(
 async def events(request: web.Request) -> web.StreamResponse:
     """The log from `since` + 1 as a JSON array, or as NDJSON that follows the game live
     until it ends (`Accept: application/x-ndjson`)."""
-    game = await game_or_404(request)
+    game = await request.app[appkeys.STATES].current(request.match_info["id"])
     since = int_param(request, "since", 0, 0, 1 << 40)
+    if game is None:  # an archived game: all of it, as a live game's that has ended
+        later = [e for e in await _archived_or_404(request) if e.seq > since]
+        if NDJSON in request.headers.get("Accept", ""):
+            lines = "".join(export.export_line(e.data) + "\n" for e in later)
+            return web.Response(text=lines, content_type=NDJSON)
+        return respond(request, [unpack(e.data) for e in later])
     if NDJSON in request.headers.get("Accept", "") and game.status == "ended" and since >= game.seq:
         return web.Response(body=b"", content_type=NDJSON)  # nothing more will come
     if NDJSON not in request.headers.get("Accept", ""):
@@ -275,7 +338,7 @@ async def export_game(request: web.Request) -> web.Response:
     fmt = request.query.get("format", "jsonl")
     entries = await request.app[appkeys.QUERY].log(game_id)
     if not entries:
-        raise ApiError("unknown_game", f"no game {game_id}")
+        entries = await _archived_or_404(request)
     if fmt == "jsonl":
         text, kind, suffix = export.export_jsonl(entries), "application/jsonl", "jsonl"
     elif fmt == "text":

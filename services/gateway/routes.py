@@ -102,7 +102,11 @@ ROUTES: tuple[Route, ...] = (
         "GET", "/api/games", games.list_games, "Games, newest first, filtered and paged",
         answers={200: (GamePageBody, "a page of games"), 400: REFUSED},
         params=(
-            Param("status", "query", {"type": "string", "enum": ["waiting", "playing", "ended"]}),
+            Param(
+                "status", "query",
+                {"type": "string", "enum": ["waiting", "playing", "ended", "archived"]},
+                "archived: the games in the gateway's --archive directory (agon archive)",
+            ),
             Param("game", "query", {"type": "string", "maxLength": 64}),
             Param("player", "query", {"type": "string", "maxLength": 64}),
             Param("limit", "query", {"type": "integer", "minimum": 1, "maximum": games.MAX_PAGE}),

@@ -28,3 +28,5 @@ class GatewaySettings:
     #: a socket this many events behind gets a snapshot instead of the events
     snapshot_gap: int = 200
     command_timeout_s: float = 10.0
+    #: an archive directory (`agon archive`) whose games the gateway lists and serves; "": none
+    archive: str = ""

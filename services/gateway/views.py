@@ -57,12 +57,7 @@ class GameStates:
     async def at_ply(self, game_id: str, ply: int) -> GameFold | None:
         """The game as it stood after `ply` moves (the whole game if it had fewer)."""
         entries = await self.query.log(game_id)
-        if not entries:
-            return None
-        for moves, game in by_ply(unpack_event(e.data) for e in entries):
-            if moves == ply:
-                return game
-        return game  # the whole game, which had fewer plies (by_ply yields at least once)
+        return fold_at(entries, ply) if entries else None
 
     async def views_between(
         self, game_id: str, first: int, last: int
@@ -70,18 +65,30 @@ class GameStates:
         """The views after plies `first` to `last` (those the game has), from one fold of
         its log: a replay's views in one pass rather than one fold per ply."""
         entries = await self.query.log(game_id)
-        if not entries:
-            return None
-        out = []
-        for moves, game in by_ply(unpack_event(e.data) for e in entries):
-            if moves >= first:
-                out.append(api_view(game))
-            if moves >= last:
-                break
-        return out
+        return views_of(entries, first, last) if entries else None
 
     def forget(self, game_id: str) -> None:
         self._folds.pop(game_id)
+
+
+def fold_at(entries: list[LogEntry], ply: int) -> GameFold:
+    """A log (not empty) folded as far as the position after `ply` moves (the whole game if
+    it had fewer)."""
+    for moves, game in by_ply(unpack_event(e.data) for e in entries):
+        if moves == ply:
+            return game
+    return game  # the whole game, which had fewer plies (by_ply yields at least once)
+
+
+def views_of(entries: list[LogEntry], first: int, last: int) -> list[dict[str, Any]]:
+    """The views after plies `first` to `last` (those the game has) of a log, in one pass."""
+    out = []
+    for moves, game in by_ply(unpack_event(e.data) for e in entries):
+        if moves >= first:
+            out.append(api_view(game))
+        if moves >= last:
+            break
+    return out
 
 
 def start(entries: list[LogEntry]) -> GameFold:

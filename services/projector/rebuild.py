@@ -7,7 +7,8 @@ there first; its models are newer). A live projector whose write is refused beca
 rebuild moved the stored seq folds the game again from its log, so once play stops every
 read model stands at its log's head. Meanwhile, cells of games that no longer exist are
 swept away (a game is registered before anything projects it, so a game registered after
-the sweep listed the keys is never touched).
+the sweep listed the keys is never touched), but for the results cells an archived game
+keeps (`agon archive`).
 
 Replaying moves is CPU-bound: with `workers` > 1 forked processes take the partitions in
 turn, each with its own connection.
@@ -17,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import gc
+import logging
 import multiprocessing
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -33,11 +36,15 @@ from services.bus.keys import Keys
 from services.projector.fold import GameFold, fold
 from services.projector.registry import (
     Write,
+    archived_games,
     game_of_field,
     game_of_key,
+    kept_patterns,
     stored_models,
     write,
 )
+
+log = logging.getLogger("agon.rebuild")
 
 #: Games folded between two turns of the event loop (about a millisecond's work).
 YIELD_EVERY = 32
@@ -163,6 +170,7 @@ async def _rebuild_partitions(
             reading = _start(tasks, _read_raw_logs(raw, keys, chunks[0]))
             writing: asyncio.Future[Any] | None = None
             for i, ids in enumerate(chunks):
+                log.info("rebuild: chunk %d of %d (%d games)", i + 1, len(chunks), len(ids))
                 logs = await reading
                 if i + 1 < len(chunks):
                     reading = _start(tasks, _read_raw_logs(raw, keys, chunks[i + 1]))
@@ -208,7 +216,14 @@ async def sweep(redis: Client, keys: Keys) -> int:
         else:
             pipe.hkeys(name)
     members = await pipe.execute() if tables else []
+    # An archived game keeps its results cells (`KEPT_WHEN_ARCHIVED`), nothing else. Archived
+    # games are read before and after the registry: a game archived or restored meanwhile
+    # is in one of the three.
+    archived = set(await archived_games(redis, keys))
     known = set(await _game_ids(redis, keys))  # read after the listing: see the module doc
+    archived |= set(await archived_games(redis, keys))
+    known_or_archived = known | archived
+    kept = kept_patterns(keys)
     pipe = redis.pipeline(transaction=False)
     stale_keys = [
         name for name, kind in models if kind == "string" and game_of_key(name) not in known
@@ -217,7 +232,8 @@ async def sweep(redis: Client, keys: Keys) -> int:
         pipe.delete(name)  # one key per command: they are in different slots
     removed = len(stale_keys)
     for (name, kind), got in zip(tables, members, strict=True):
-        stale = [m for m in map(as_text, got) if game_of_field(m) not in known]
+        keep = known_or_archived if any(fnmatch.fnmatchcase(name, p) for p in kept) else known
+        stale = [m for m in map(as_text, got) if game_of_field(m) not in keep]
         if stale:
             (pipe.zrem if kind == "zset" else pipe.hdel)(name, *stale)
             removed += len(stale)

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
-from collections.abc import Awaitable, Callable, Sequence
+import hashlib
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -32,6 +33,7 @@ from redis.exceptions import WatchError
 from schemas.events import NO_RESULT_REASONS
 from services.bus.clients import STATUSES
 from services.bus.connection import Client, scan_keys
+from services.bus.consumer import as_text
 from services.bus.keys import Keys
 from services.bus.scripts import Script
 from services.projector.fold import GameFold, dumps
@@ -195,6 +197,74 @@ class Results:
 
 #: Every read model. The projector's own bookkeeping (`proj:seen`) is kept beside them.
 READ_MODELS: list[ReadModel] = [GameViews(), GameIndex(), BotResults(), Results()]
+
+#: The read models whose cells a game keeps when `agon archive` moves its log out of Redis:
+#: the competition history (standings, ratings), small, and read without the log. The
+#: archived games are listed per partition (`Keys.archived`) with a digest of those cells
+#: (`kept_digest`): rebuild leaves the cells alone, and verify, which no log in Redis tells
+#: what they should be any more, checks them against the digest.
+KEPT_WHEN_ARCHIVED = frozenset({BotResults.name, Results.name})
+
+
+def kept_patterns(keys: Keys) -> list[str]:
+    """SCAN patterns of the read models an archived game keeps."""
+    return [p for m in READ_MODELS if m.name in KEPT_WHEN_ARCHIVED for p in m.patterns(keys)]
+
+
+def kept_cells(keys: Keys, game: GameFold) -> list[tuple[str, str, str]]:
+    """The cells a game keeps when archived, as (key, field, value)."""
+    return [
+        (cell.key, cell.field, _as_str(cell.value))
+        for model in READ_MODELS
+        if model.name in KEPT_WHEN_ARCHIVED
+        for cell in model.cells(keys, game)
+        if cell.value is not None
+    ]
+
+
+def _as_str(value: bytes | str | int) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def kept_digest(cells: Iterable[tuple[str, str, str]]) -> str:
+    """A short digest of an archived game's kept cells (key, field, value)."""
+    digest = hashlib.sha1()
+    for key, cell_field, value in sorted(cells):
+        digest.update(f"{key}\0{cell_field}\0{value}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+async def archived_games(redis: Client, keys: Keys) -> dict[str, str]:
+    """Every archived game id, with the digest of the cells it keeps."""
+    pipe = redis.pipeline(transaction=False)
+    for p in keys.all_partitions():
+        pipe.hgetall(keys.archived(p))
+    return {as_text(g): as_text(d) for games in await pipe.execute() for g, d in games.items()}
+
+
+async def archived_cells(
+    redis: Client, keys: Keys, archived: Collection[str]
+) -> dict[str, dict[str, str]]:
+    """The stored cells of the kept read models that belong to archived games: hash key ->
+    field -> value."""
+    if not archived:
+        return {}
+    kept = kept_patterns(keys)
+    names = [
+        name
+        for name, kind in await stored_models(redis, keys)
+        if kind == "hash" and any(fnmatch.fnmatchcase(name, p) for p in kept)
+    ]
+    pipe = redis.pipeline(transaction=False)
+    for name in names:
+        pipe.hgetall(name)
+    out: dict[str, dict[str, str]] = {}
+    for name, table in zip(names, await pipe.execute() if names else [], strict=True):
+        fields = {as_text(k): as_text(v) for k, v in table.items()}
+        mine = {k: v for k, v in fields.items() if game_of_field(k) in archived}
+        if mine:
+            out[name] = mine
+    return out
 
 
 def all_patterns(keys: Keys) -> list[tuple[str, Kind]]:

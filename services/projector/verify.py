@@ -24,7 +24,14 @@ from services.bus.connection import Client, scan_keys
 from services.bus.consumer import as_text
 from services.bus.keys import Keys
 from services.projector.fold import fold
-from services.projector.registry import Expected, stored_models
+from services.projector.registry import (
+    Expected,
+    archived_cells,
+    archived_games,
+    game_of_field,
+    kept_digest,
+    stored_models,
+)
 
 
 def chain_problems(game_id: str, entries: Sequence[LogEntry]) -> list[str]:
@@ -180,9 +187,34 @@ async def verify(redis: Client, keys: Keys | None = None, chunk: int = 500) -> V
                 report.problems.append(f"game {gid}: the log does not fold: {exc}")
     orphans = await _unregistered_logs(redis, keys, set(ids))
     report.problems.extend(f"{name}: a log of no registered game" for name in orphans)
+    await _archived(redis, keys, set(ids), expected, report)
     stored = await snapshot(redis, keys)
     report.problems.extend(compare_read_models(expected_canonical(expected), stored))
     return report
+
+
+async def _archived(
+    redis: Client, keys: Keys, ids: set[str], expected: Expected, report: VerifyReport
+) -> None:
+    """Archived games (`agon archive`): none may be registered too, and the results cells
+    each keeps (no log in Redis implies them any more) must match the digest recorded when
+    it was archived; then they are expected as stored."""
+    archived = await archived_games(redis, keys)
+    report.problems.extend(
+        f"game {gid}: both registered and archived" for gid in sorted(archived.keys() & ids)
+    )
+    kept = {gid: digest for gid, digest in archived.items() if gid not in ids}
+    cells: dict[str, list[tuple[str, str, str]]] = {gid: [] for gid in kept}
+    for name, fields in (await archived_cells(redis, keys, kept)).items():
+        expected.kinds[name] = "hash"
+        expected.tables.setdefault(name, {}).update(fields)
+        for cell_field, value in fields.items():
+            cells[game_of_field(cell_field)].append((name, cell_field, value))
+    report.problems.extend(
+        f"game {gid} (archived): its results records differ from those it was archived with"
+        for gid, digest in sorted(kept.items())
+        if kept_digest(cells[gid]) != digest
+    )
 
 
 async def _unregistered_logs(redis: Client, keys: Keys, ids: set[str]) -> list[str]:
