@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 SHARED ?= ../shared
 SECONDS ?= 5
 
-.PHONY: run test lint bench conformance venv golden clean
+.PHONY: run test lint bench load faults conformance venv golden clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -32,6 +32,13 @@ bench: $(STAMP)
 	$(VENV)/bin/agon bench pipeline --seconds $(SECONDS) --json
 	$(VENV)/bin/agon bench memory --games 50 --json
 	$(VENV)/bin/agon bench gateway --seconds $(SECONDS) --json
+
+load: $(STAMP)
+	$(VENV)/bin/agon bench load --games 64 --seconds 20 --engines 1,2,4 --gateways 1,2 --spectators 128
+
+# The fault suite in its full form (CI runs the short form inside `make test`).
+faults: $(STAMP)
+	AGON_FAULTS=full $(VENV)/bin/pytest -q tests/test_fault_suite.py tests/test_failover.py tests/test_fault_fuzz.py tests/test_faults.py
 
 conformance: $(STAMP)
 	$(VENV)/bin/agon conformance $(SHARED)/conformance/trials/*.jsonl $(SHARED)/conformance/patterns/*.jsonl

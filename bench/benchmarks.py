@@ -125,11 +125,12 @@ def print_playout_table(results: list[dict[str, Any]], ludii: dict[str, float]) 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "which",
-        choices=["playouts", "pipeline", "memory", "gateway", "bots", "clocks"],
+        choices=["playouts", "pipeline", "memory", "gateway", "bots", "clocks", "load"],
         help="the engine's random playouts, the Redis pipeline (bench.pipeline), what"
         " finished games leave in Redis (bench.memory), the HTTP/WebSocket gateway"
-        " (bench.gateway), MCTS against the other built-in bots (bench.bots), or time"
-        " forfeits of many concurrent bot games at a short move time (bench.clocks)",
+        " (bench.gateway), MCTS against the other built-in bots (bench.bots), time"
+        " forfeits of many concurrent bot games at a short move time (bench.clocks), or"
+        " many bot games through 1, 2, 4 engine processes and 1, 2 gateways (bench.load)",
     )
     parser.add_argument("--seconds", type=float, default=5.0, help="time per row")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per row; the median counts")
@@ -137,14 +138,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="also print a JSON array, last line")
     parser.add_argument("--rate", type=float, default=1000.0, help="pipeline: offered moves/s")
     parser.add_argument(
-        "--redis-url", default=None, help="pipeline, gateway: default a private server"
+        "--redis-url", default=None, help="pipeline, gateway, load: default a private server"
     )
     parser.add_argument(
         "--games",
         type=int,
         default=None,
         help="memory: finished games per game name (default 50); bots: games per pairing"
-        " and game, in seat-swapped pairs (default 100)",
+        " and game, in seat-swapped pairs (default 100); load: concurrent games (default 64)",
+    )
+    parser.add_argument("--engines", default="1,2,4", help="load: engine processes, one run each")
+    parser.add_argument("--gateways", default="1,2", help="load: gateways, one run each, or none")
+    parser.add_argument(
+        "--spectators", type=int, default=128, help="load: WebSocket spectators (default 128)"
     )
     parser.add_argument(
         "--move-time",
@@ -156,7 +162,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--game",
         action="append",
         default=None,
-        help="bots: only this game (repeatable; default all five)",
+        help="bots, load: only this game (repeatable; default all five for bots, teeko for load)",
     )
     parser.add_argument(
         "--workers",
@@ -192,6 +198,14 @@ def run(args: argparse.Namespace) -> int:
             args.workers,
         )
         print_bots_table(results)
+    elif args.which == "load":
+        from bench.load import print_load_table, run_load_bench
+
+        results = run_load_bench(
+            args.games if args.games is not None else 64, args.seconds, args.engines,
+            args.gateways, args.spectators, args.redis_url, args.game or ["teeko"],
+        )  # fmt: skip
+        print_load_table(results)
     elif args.which == "clocks":
         from bench.clocks import print_clocks_table, run_clocks_bench
 
