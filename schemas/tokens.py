@@ -28,8 +28,18 @@ def new_secret() -> bytes:
     return secrets.token_hex(32).encode()
 
 
+def _raw(token: str) -> bytes:
+    # Any text a client sent, even one with lone surrogates, hashes and compares as bytes.
+    return token.encode("utf-8", "surrogatepass")
+
+
 def token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+    return hashlib.sha256(_raw(token)).hexdigest()
+
+
+def tokens_equal(given: str, expected: str) -> bool:
+    """Constant-time comparison of two tokens, for any text a client may send."""
+    return hmac.compare_digest(_raw(given), _raw(expected))
 
 
 def bot_token(secret: bytes, game_id: str, seat: int) -> str:

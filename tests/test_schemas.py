@@ -39,7 +39,7 @@ from schemas.commands import (
 )
 from schemas.events import GameCreated, GameEnded, GameStarted, MovePlayed, PlayerSeated
 from schemas.replies import REJECT_CODES, Accepted, Rejected
-from schemas.tokens import admin_token, bot_token, token_hash, token_matches
+from schemas.tokens import admin_token, bot_token, token_hash, token_matches, tokens_equal
 from schemas.turns import TurnRequest
 from services import schemas_cmd
 
@@ -342,6 +342,14 @@ def test_tokens() -> None:
     assert t1 != bot_token(b"other", "g1", 1)
     assert token_matches(t1, token_hash(t1)) and not token_matches(t2, token_hash(t1))
     assert admin_token(secret) != admin_token(b"other")
+
+
+@pytest.mark.parametrize("sent", ["é", "\udcff", "\ud800x", "日本"])
+def test_any_text_a_client_sends_compares_as_a_wrong_token(sent: str) -> None:
+    # hmac.compare_digest refuses non-ASCII str and str.encode() refuses lone surrogates
+    known = bot_token(b"s", "g1", 1)
+    assert not tokens_equal(sent, known) and not token_matches(sent, token_hash(known))
+    assert tokens_equal(sent, sent) and token_matches(sent, token_hash(sent))
 
 
 def test_event_hash_is_sha256_hex_of_the_bytes() -> None:

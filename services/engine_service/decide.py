@@ -17,7 +17,6 @@ the new id and re-chained (`services.export`).
 
 from __future__ import annotations
 
-import hmac
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -56,7 +55,14 @@ from schemas.events import (
     PlayerSeated,
 )
 from schemas.replies import RejectCode
-from schemas.tokens import admin_token, bot_token, new_human_token, token_hash, token_matches
+from schemas.tokens import (
+    admin_token,
+    bot_token,
+    new_human_token,
+    token_hash,
+    token_matches,
+    tokens_equal,
+)
 from services.bus.clients import LogEntry
 from services.export import log_problems, rekeyed
 from services.projector.fold import GameFold, fold
@@ -455,7 +461,7 @@ class Rules:
             self._check_token(rec, cmd.seat, cmd.token)
             self._end(out, cmd, now, 0, "abort", f"aborted by seat {cmd.seat}", fault=cmd.seat)
             return
-        if not hmac.compare_digest(cmd.token, self._admin):
+        if not tokens_equal(cmd.token, self._admin):
             raise Reject("bad_token", "the admin token does not match")
         if cmd.reason != "no_reply":
             self._end(out, cmd, now, 0, cmd.reason, f"{cmd.reason} by the operator")
@@ -473,7 +479,7 @@ class Rules:
         if seated is None:
             raise Reject("bad_token", f"seat {seat} of game {rec.game_id} is not taken")
         known = rec.verified.get(seat)
-        if known is not None and hmac.compare_digest(token, known):
+        if known is not None and tokens_equal(token, known):
             return
         if not token_matches(token, seated):
             raise Reject("bad_token", f"wrong token for seat {seat} of game {rec.game_id}")

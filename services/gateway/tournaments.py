@@ -10,13 +10,11 @@ not write tournament logs (`agon acl`: only the operator and the director may) a
 
 from __future__ import annotations
 
-import hmac
-
 from aiohttp import web
 from redis.exceptions import NoPermissionError
 
 from engine import game_names
-from schemas.tokens import admin_token
+from schemas.tokens import admin_token, tokens_equal
 from schemas.tournaments import TOURNAMENT_ID_RE, TournamentSpec, new_tournament_id
 from services.bus.consumer import now_ms
 from services.gateway import appkeys
@@ -54,7 +52,7 @@ def _operator(request: web.Request) -> None:
     token = auth.removeprefix("Bearer ").strip()
     if not (auth.startswith("Bearer ") and token):
         raise ApiError("bad_key", "send the admin token as 'Authorization: Bearer TOKEN'")
-    if not hmac.compare_digest(token, admin_token(request.app[appkeys.SECRET])):
+    if not tokens_equal(token, admin_token(request.app[appkeys.SECRET])):
         raise ApiError("bad_key", "that is not the admin token")
 
 
