@@ -69,6 +69,7 @@ class CommandClient:
         self.timeout_s = timeout_s
         self._waiting: dict[str, asyncio.Future[Reply]] = {}
         self._reader: asyncio.Task[None] | None = None
+        self._closing = False
         self._last = "0-0"
         #: single commands waiting for the next turn of the event loop (`_send_one`)
         self._outbox: list[tuple[str, bytes, asyncio.Future[None]]] = []
@@ -91,6 +92,7 @@ class CommandClient:
             self._reader = asyncio.create_task(self._read_replies())
 
     async def close(self) -> None:
+        self._closing = True
         reader, self._reader = self._reader, None
         if reader is not None:
             reader.cancel()
@@ -220,12 +222,15 @@ class CommandClient:
 
     async def _read_replies(self) -> None:
         """Resolve the waiting futures from the reply stream, for as long as the client runs."""
-        while True:
+        while not self._closing:
             try:
                 raw: Any = await self.redis.xread(
                     {self.reply_to: self._last}, count=500, block=1000
                 )
             except TRANSIENT_ERRORS as exc:
+                # redis-py may turn a cancellation into a connection error: stop if closing.
+                if self._closing:
+                    return
                 log.warning("reading replies failed (%s); retrying", exc)
                 await asyncio.sleep(0.5)
                 continue
