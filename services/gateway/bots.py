@@ -87,8 +87,9 @@ TURN_FIELDS = {"game_id", "game", "options", "moves", "seq", "seat", "deadline"}
 async def register(request: web.Request) -> web.Response:
     app = request.app
     body = await read_body(request, NewBot)
-    if body.name in bot_names():
-        raise ApiError("name_taken", f"{body.name} is a built-in bot's name")
+    base = body.name.partition(".")[0]
+    if base in bot_names():  # "<bot>.<label>" names another of the built-in bot
+        raise ApiError("name_taken", f"{body.name} names the built-in bot {base}; pick another")
     keys, redis = app[appkeys.SETTINGS].keys, app[appkeys.REDIS]
     record = json.dumps({"registered": now_ms()})
     if not await redis.hsetnx(keys.registered_bots(), body.name, record):
