@@ -38,7 +38,7 @@ load: $(STAMP)
 
 # The fault suite in its full form (CI runs the short form inside `make test`).
 faults: $(STAMP)
-	AGON_FAULTS=full $(VENV)/bin/pytest -q tests/test_fault_suite.py tests/test_failover.py tests/test_faults.py
+	AGON_FAULTS=full $(VENV)/bin/pytest -q tests/test_fault_suite.py tests/test_fault_fuzz.py tests/test_failover.py tests/test_faults.py
 
 conformance: $(STAMP)
 	$(VENV)/bin/agon conformance $(SHARED)/conformance/trials/*.jsonl $(SHARED)/conformance/patterns/*.jsonl
