@@ -146,6 +146,7 @@ class BotWorker(StreamConsumer):
                 token=req.token,
                 move=move,
                 expected_seq=req.seq,
+                clock=req.clock,
             )
         except Exception:
             # A bot that cannot move, or answers what no command can carry, must not stop

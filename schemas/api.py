@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from schemas.base import BotName, CommandId, GameId, PlayerName, Seat, Seq, TimeMs
+from schemas.base import BotName, ClockStamp, CommandId, GameId, PlayerName, Seat, Seq, TimeMs
 
 MoveText = Annotated[str, Field(min_length=1, max_length=32)]
 Token = Annotated[str, Field(min_length=1, max_length=256)]
@@ -80,6 +80,8 @@ class ResignBody(Body):
 class BotMoveBody(Body):
     move: MoveText
     seq: Seq
+    #: The turn's `clock`, if it had one.
+    clock: ClockStamp = ""
 
 
 class SeqBody(Body):
@@ -243,6 +245,9 @@ class TurnMessage(Body):
     seat: Seat
     #: Ms since the epoch by which the move must be in; 0: no clock.
     deadline: TimeMs = 0
+    #: The signed deadline: send it back with the move, and the clock runs from when the
+    #: turn was handed over rather than from the previous move.
+    clock: ClockStamp = ""
 
 
 class EndedMessage(Body):
@@ -260,6 +265,7 @@ class BotMoveMessage(Body):
     game_id: GameId
     move: MoveText
     seq: Seq
+    clock: ClockStamp = ""
 
 
 BotServerMessage = Annotated[

@@ -33,6 +33,8 @@ Colour = Annotated[int, Field(ge=1, le=2)]
 Seq = Annotated[int, Field(ge=0)]
 #: Milliseconds since the Unix epoch.
 TimeMs = Annotated[int, Field(ge=0)]
+#: A deadline signed by the dispatcher (`schemas.tokens.clock_stamp`); "" for none.
+ClockStamp = Annotated[str, Field(max_length=64)]
 
 
 class WireModel(BaseModel):

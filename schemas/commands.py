@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas.base import (
     BOT_NAME_RE,
+    ClockStamp,
     CommandId,
     GameId,
     PlayerName,
@@ -96,6 +97,8 @@ class PlayMove(_Command):
     token: Annotated[str, Field(max_length=256)]
     move: Annotated[str, Field(min_length=1, max_length=32)]
     expected_seq: Seq
+    #: The turn request's signed deadline (`TurnRequest.clock`), if the move answers one.
+    clock: ClockStamp = ""
 
 
 class Resign(_Command):
@@ -111,12 +114,14 @@ class ClaimTimeout(_Command):
     """Claim that the seat to move has overrun its per-move limit; anyone may send it.
 
     The engine checks the deadline against its own clock and the time of the event
-    at `expected_seq`, so a claim cannot end a game early.
+    at `expected_seq`, or the later deadline that `clock` signs (the dispatcher sends the
+    one it gave the bot), so a claim cannot end a game early.
     """
 
     type: Literal["claim_timeout"] = "claim_timeout"
     game_id: GameId
     expected_seq: Seq
+    clock: ClockStamp = ""
 
 
 class Abort(_Command):

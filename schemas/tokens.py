@@ -7,6 +7,12 @@ secret: env `AGON_SECRET`, else one that the first service of a deployment gener
 and shares through Redis (`services.bus.secret`); there is no default anyone could read.
 The dispatcher puts the token in each turn request; a worker with the secret could derive
 it too. The operator's `admin_token(secret)` may abort any game.
+
+A bot's move clock runs from when the dispatcher handed the turn over, not from the event
+that made it the bot's turn, so the platform's own lag is never the bot's. The dispatcher
+signs that deadline (`clock_stamp`); the bot sends the stamp back with its move (and the
+dispatcher with its timeout claim), and the engine takes the later of the stamped deadline
+and its own (`stamped_deadline`). Only a holder of the secret can make a stamp.
 """
 
 from __future__ import annotations
@@ -48,6 +54,25 @@ def bot_token(secret: bytes, game_id: str, seat: int) -> str:
 
 def admin_token(secret: bytes) -> str:
     return hmac.new(secret, b"admin", hashlib.sha256).hexdigest()
+
+
+def _clock_mac(secret: bytes, game_id: str, seq: int, deadline: int) -> str:
+    message = f"clock|{game_id}|{seq}|{deadline}".encode()
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()[:32]
+
+
+def clock_stamp(secret: bytes, game_id: str, seq: int, deadline: int) -> str:
+    """The signed deadline of the turn at `seq` of `game_id`: "<deadline ms>.<mac>"."""
+    return f"{deadline}.{_clock_mac(secret, game_id, seq, deadline)}"
+
+
+def stamped_deadline(secret: bytes, game_id: str, seq: int, stamp: str) -> int | None:
+    """The deadline a stamp signs for this game and seq, or None if it signs none."""
+    deadline, _, mac = stamp.partition(".")
+    if not (deadline.isascii() and deadline.isdigit() and len(deadline) <= 16):
+        return None
+    expected = _clock_mac(secret, game_id, seq, int(deadline))
+    return int(deadline) if tokens_equal(mac, expected) else None
 
 
 def new_human_token() -> str:

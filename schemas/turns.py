@@ -3,8 +3,9 @@
 A request holds everything a bot needs to think without reading the log: the game
 and options, the moves so far (replay them on `load_game(game, **options)`), the
 seq to answer (send it back as `PlayMove.expected_seq`), the seat and its token,
-and the deadline. A worker drops a request whose deadline has passed or whose seq
-the game has moved beyond.
+and the deadline with its signed stamp (send it back as `PlayMove.clock`: the clock then
+runs from when the turn was handed over). A worker drops a request whose deadline has
+passed or whose seq the game has moved beyond.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from schemas.base import BotName, GameId, Seat, Seq, TimeMs, WireModel
+from schemas.base import BotName, ClockStamp, GameId, Seat, Seq, TimeMs, WireModel
 
 
 class TurnRequest(WireModel):
@@ -28,8 +29,10 @@ class TurnRequest(WireModel):
     colour: Annotated[int, Field(ge=1, le=2)]
     bot: BotName
     token: str
-    #: Ms since the epoch by which the move must be appended; 0 means no limit.
+    #: Ms since the epoch by which the move must arrive; 0 means no limit.
     deadline: TimeMs = 0
+    #: The deadline signed by the dispatcher (`schemas.tokens.clock_stamp`); "" without one.
+    clock: ClockStamp = ""
     seed: int = 0
 
 

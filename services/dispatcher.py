@@ -3,11 +3,14 @@
 It consumes every partition's feed (group `dispatcher`). After each batch it looks at the
 head of every game the batch touched: when the seat to move is a bot, a `TurnRequest` (game,
 options, the moves so far, the seq to answer, seat, token, deadline) goes to that bot's inbox
-`agon:bot:{<bot>}:turns`. When the game has a per-move limit, the deadline (time of the head
-event + limit, the engine's own rule) goes into the partition's clock zset as "<id>|<seq>";
-`claim_timeouts` sends a `ClaimTimeout` for every passed deadline, and the engine decides
-whether it really is late. A clock is claimed by whichever dispatcher removes it first, in
-the same atomic write that sends the claim, so a failed write never loses a clock.
+`agon:bot:{<bot>}:turns`. When the game has a per-move limit, the deadline goes into the
+partition's clock zset as "<id>|<seq>": for a person, the engine's own rule (time of the head
+event + limit + bank); for a bot, the same allowance from the hand-over, signed
+(`schemas.tokens.clock_stamp`) in the turn request, so that the pipeline's lag before the
+bot could see its turn is not the bot's time. `claim_timeouts` sends a `ClaimTimeout` (with
+the stamp) for every passed deadline, and the engine decides whether it really is late.
+A clock is claimed by whichever dispatcher removes it first, in the same atomic write that
+sends the claim, so a failed write never loses a clock.
 
 A bot nobody serves must not hold a game for ever: a bot's turn in a game without a clock
 is watched too ("<id>|<seq>|watch" in the clock zset, due after `unserved_ms`); when it
@@ -31,7 +34,7 @@ from typing import Any
 from schemas.codec import FIELD, DecodeError, encode, unpack, unpack_event
 from schemas.commands import Abort, ClaimTimeout
 from schemas.events import EventMap
-from schemas.tokens import admin_token, bot_token
+from schemas.tokens import admin_token, bot_token, clock_stamp
 from schemas.turns import TurnRequest
 from services.bus.cache import LRU
 from services.bus.clients import QueryClient, log_entries
@@ -230,8 +233,11 @@ class Dispatcher(StreamConsumer):
             return
         self._dispatched.put(g.game_id, g.seq)
         seat = g.seats[g.to_move - 1]
-        if g.deadline:
-            pipe.zadd(clocks, {f"{g.game_id}|{g.seq}": g.deadline})
+        deadline = g.deadline
+        if deadline and seat["kind"] == "bot":
+            deadline = max(deadline, self.clock() + deadline - g.updated)
+        if deadline:
+            pipe.zadd(clocks, {f"{g.game_id}|{g.seq}": deadline})
         elif seat["kind"] == "bot":
             pipe.zadd(clocks, {f"{g.game_id}|{g.seq}|watch": g.updated + self.unserved_ms})
         if seat["kind"] != "bot":
@@ -247,7 +253,8 @@ class Dispatcher(StreamConsumer):
             colour=g.colour_of(g.to_move),
             bot=seat["name"],
             token=bot_token(self.secret, g.game_id, g.to_move),
-            deadline=g.deadline,
+            deadline=deadline,
+            clock=clock_stamp(self.secret, g.game_id, g.seq, deadline) if deadline else "",
             seed=created["seed"],
         )
         pipe.xadd(
@@ -265,17 +272,23 @@ class Dispatcher(StreamConsumer):
         parts = list(self.keys.all_partitions())
         pipe = self.redis.pipeline(transaction=False)
         for p in parts:
-            pipe.zrangebyscore(self.keys.clocks(p), "-inf", limit, start=0, num=CLAIMS_PER_SWEEP)
+            pipe.zrangebyscore(
+                self.keys.clocks(p), "-inf", limit, start=0, num=CLAIMS_PER_SWEEP, withscores=True
+            )
         answers = await pipe.execute()
-        due = [(p, list(map(as_text, m))) for p, m in zip(parts, answers, strict=True) if m]
+        due = [
+            (p, [(as_text(m), int(score)) for m, score in ms])
+            for p, ms in zip(parts, answers, strict=True)
+            if ms
+        ]
         if not due:
             return 0
         calls = []
         served: dict[str, bool] = {}  # bot -> has a live worker, asked once per sweep
         for p, members in due:
             args: list[Any] = [FIELD]
-            for member in members:
-                command = await self._due_command(p, member, served)
+            for member, deadline in members:
+                command = await self._due_command(p, member, deadline, served)
                 if command is not None:
                     args += [member, encode(command)]
             if len(args) > 1:
@@ -285,7 +298,7 @@ class Dispatcher(StreamConsumer):
         return claimed
 
     async def _due_command(
-        self, p: int, member: str, served: dict[str, bool]
+        self, p: int, member: str, deadline: int, served: dict[str, bool]
     ) -> ClaimTimeout | Abort | None:
         """The command a due clock sends: a timeout claim, or for a watch an abort if
         nobody serves the bot (else the watch is set again and None returned)."""
@@ -293,7 +306,10 @@ class Dispatcher(StreamConsumer):
         seq, _, watch = rest.partition("|")
         if not watch:
             return ClaimTimeout(
-                command_id=f"timeout:{gid}:{seq}", game_id=gid, expected_seq=int(seq)
+                command_id=f"timeout:{gid}:{seq}",
+                game_id=gid,
+                expected_seq=int(seq),
+                clock=clock_stamp(self.secret, gid, int(seq), deadline),
             )
         g = self._cache.get(gid) or next(iter(await self._refold([gid])), None)
         bot = g.seats[g.to_move - 1]["name"] if g is not None and g.to_move else None

@@ -108,10 +108,12 @@ async def test_a_worker_answers_with_the_expected_seq(redis: aioredis.Redis) -> 
     await start_game(redis, engine)
     head = await redis.xlen(KEYS.log("g1"))
     worker = BotWorker(redis, "random", KEYS)
-    await redis.xadd(KEYS.bot_turns("random"), {FIELD: encode(request("g1", head, []))})
+    turn = request("g1", head, [], clock="1800000000000.c0ffee")  # the turn's signed deadline
+    await redis.xadd(KEYS.bot_turns("random"), {FIELD: encode(turn)})
     assert await worker.drain() == 1
     [cmd] = await commands(redis, "g1")
     assert (cmd.expected_seq, cmd.seat, cmd.command_id) == (head, 1, f"random:g1:{head}")
+    assert cmd.clock == turn.clock  # sent back: the clock runs from the hand-over
     await engine.drain()
     assert await redis.xlen(KEYS.log("g1")) == head + 1
     assert (await redis.xpending(KEYS.bot_turns("random"), WORKERS_GROUP))["pending"] == 0

@@ -3,8 +3,9 @@
 A move is judged by when it reached the command stream, never by when an engine got to it:
 a timeout claim loses to a move that arrived before the deadline, even one held by an
 engine that stalled (a slow one that still beats, or one paused with SIGSTOP); a move that
-arrives after the deadline is too late and the claim wins. A bot worker killed with -9
-costs no game on time: its turns are taken over within about a second.
+arrives after the deadline is too late and the claim wins. A bot's clock runs from when
+the dispatcher handed the turn over, as its signed deadline says. A bot worker killed with
+-9 costs no game on time: its turns are taken over within about a second.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from typing import IO
 import pytest
 import redis.asyncio as aioredis
 
+from schemas.codec import FIELD_BYTES, decode_turn
 from schemas.commands import CreateGame, PlayMove, SeatSpec
 from schemas.events import GameEnded, MovePlayed
-from schemas.tokens import bot_token
+from schemas.tokens import bot_token, stamped_deadline
 from services.bus.clients import CommandClient, QueryClient
+from services.bus.consumer import id_ms
 from services.bus.keys import ENGINE_GROUP, WORKERS_GROUP, Keys
 from services.dispatcher import TIMEOUT_GRACE_MS, Dispatcher
 from services.engine_service import EngineService
@@ -107,7 +110,7 @@ async def new_game(redis: aioredis.Redis, keys: Keys, gid: str, move_time_ms: in
     await CommandClient(redis, keys).send([create])
 
 
-def first_move(keys: Keys, gid: str) -> PlayMove:
+def first_move(keys: Keys, gid: str, clock: str = "") -> PlayMove:
     """Seat 1's first Teeko move (a drop), answering the game's start (seq 4)."""
     return PlayMove(
         command_id=f"move:{gid}",
@@ -116,14 +119,15 @@ def first_move(keys: Keys, gid: str) -> PlayMove:
         token=bot_token(SECRET, gid, 1),
         move="C3",
         expected_seq=4,
+        clock=clock,
     )
 
 
-async def deadline_of(query: QueryClient, gid: str, move_time_ms: int) -> int:
-    """When seat 1's first move is due: the game's start (seq 4) plus the move time."""
-    started = (await query.events(gid))[3]
-    assert started.seq == 4
-    return started.time + move_time_ms
+async def deadline_of(redis: aioredis.Redis, keys: Keys, gid: str) -> int:
+    """When seat 1's first move is due, as the dispatcher's clock has it."""
+    deadline = await redis.zscore(keys.clocks(keys.partition(gid)), f"{gid}|4")
+    assert deadline is not None, f"the dispatcher set no clock for {gid}"
+    return int(deadline)
 
 
 async def claim_when_due(dispatcher: Dispatcher, deadline_ms: int) -> int:
@@ -143,7 +147,7 @@ async def test_a_claim_loses_to_a_move_held_by_a_slow_engine(
     await new_game(redis, keys, "g1", move_time_ms=600)
     await fast.drain()
     await dispatcher.drain()  # the clock runs from the game's start
-    view_deadline = await deadline_of(query, "g1", 600)
+    view_deadline = await deadline_of(redis, keys, "g1")
     await CommandClient(redis, keys).send([first_move(keys, "g1")])
     # The slow engine takes the move, beats (it is alive, only slow), and does nothing.
     assert len(await slow.read_new(None)) == 1
@@ -172,7 +176,7 @@ async def test_a_move_after_the_deadline_is_too_late_and_the_claim_wins(
     await new_game(redis, keys, "g2", move_time_ms=300)
     await engine.drain()
     await dispatcher.drain()
-    deadline = await deadline_of(query, "g2", 300)
+    deadline = await deadline_of(redis, keys, "g2")
     while time.time() * 1000 <= deadline + 5:
         await asyncio.sleep(0.01)
     async with CommandClient(redis, keys) as client:
@@ -188,6 +192,35 @@ async def test_a_move_after_the_deadline_is_too_late_and_the_claim_wins(
     assert isinstance(end, GameEnded) and (end.reason, end.result) == ("time_forfeit", 2)
 
 
+async def test_a_bot_s_clock_runs_from_the_hand_over(redis: aioredis.Redis, keys: Keys) -> None:
+    """The dispatcher gets to the game 400 ms after it started (a backlog): the turn request
+    gives the bot its whole move time from then, signed, and a move that uses it counts; the
+    think time recorded is the bot's, from the hand-over."""
+    query = QueryClient(redis, keys)
+    engine = EngineService(redis, keys, secret=SECRET)
+    dispatcher = Dispatcher(redis, keys, secret=SECRET)
+    await new_game(redis, keys, "g4", move_time_ms=300)
+    await engine.drain()
+    started = (await query.events("g4"))[3].time
+    await asyncio.sleep(0.4)
+    await dispatcher.drain()
+    [(entry_id, fields)] = await redis.xrange(keys.bot_turns("nobody"))
+    turn = decode_turn(fields[FIELD_BYTES])
+    handed_over = id_ms(entry_id)
+    assert handed_over - 20 <= turn.deadline - 300 <= handed_over, (turn, handed_over)
+    assert turn.deadline == await deadline_of(redis, keys, "g4")
+    assert stamped_deadline(SECRET, "g4", 4, turn.clock) == turn.deadline
+    assert turn.deadline > started + 300 + 80  # the head event's deadline would be past
+    await CommandClient(redis, keys).send([first_move(keys, "g4", turn.clock)])
+    await engine.drain()
+    events = await query.events("g4")
+    assert [type(e) for e in events[4:]] == [MovePlayed], events[4:]
+    move = events[4]
+    assert isinstance(move, MovePlayed)
+    # From the hand-over, not from the game's start 400 ms before: that lag is the platform's.
+    assert 0 <= move.think_ms <= move.time - (turn.deadline - 300) < move.time - started - 300
+
+
 async def test_an_engine_paused_with_sigstop_past_a_deadline(
     redis: aioredis.Redis, redis_url: str, keys: Keys
 ) -> None:
@@ -200,7 +233,7 @@ async def test_an_engine_paused_with_sigstop_past_a_deadline(
         await poll(lambda: _head_is(query, "g3", 4))
         dispatcher = Dispatcher(redis, keys, secret=SECRET)
         await dispatcher.drain()
-        deadline = await deadline_of(query, "g3", 1000)
+        deadline = await deadline_of(redis, keys, "g3")
         paused.send_signal(signal.SIGSTOP)
         await CommandClient(redis, keys).send([first_move(keys, "g3")])
         stream = keys.commands(keys.partition("g3"))

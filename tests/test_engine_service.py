@@ -35,7 +35,7 @@ from schemas.commands import (
 )
 from schemas.events import GameCreated, GameEnded, GameStarted, MovePlayed, PlayerSeated
 from schemas.replies import Accepted, Rejected, Reply
-from schemas.tokens import admin_token, bot_token, token_hash
+from schemas.tokens import admin_token, bot_token, clock_stamp, token_hash
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.keys import ENGINE_GROUP, Keys
 from services.engine_service import MAX_DELIVERIES, EngineService, EventStore, GameRecord
@@ -103,6 +103,7 @@ class Harness:
             token=kw.pop("token", None) or bot_token(SECRET, game_id, seat),
             move=move,
             expected_seq=seq,
+            clock=kw.pop("clock", ""),
         )
 
     async def log(self, game_id: str) -> list[Any]:
@@ -665,6 +666,55 @@ async def test_a_time_bank_pays_for_overruns_and_every_move_records_its_time(
     end = (await h.log("g1"))[-1]
     assert isinstance(end, GameEnded)
     assert (end.result, end.reason, end.fault, end.overrun_ms) == (2, "time_forfeit", 1, 3)
+
+
+async def test_a_bot_s_clock_runs_from_the_hand_over_its_turn_request_signs(
+    h: Harness, make_engine: Callable[..., EngineService]
+) -> None:
+    """The dispatcher handed the turn over 400 ms after the event that made it the bot's:
+    the stamp it signed gives the bot its whole second from then; a stamp nobody signed, or
+    signed for another game or seq, gives nothing."""
+    now = [1_000_000]
+    engine = make_engine(clock=lambda: now[0])
+    for gid in ("g1", "g2", "g3"):
+        await h.create(gid, move_time_ms=1000, time_bank_ms=200)
+    await engine.drain()  # seq 4 in each: started at 1_000_000, seat 1 to move
+    (_, m1) = random_moves("teeko", seed=3)[0][0]
+    handed_over = 1_000_400
+    stamp = clock_stamp(SECRET, "g1", 4, handed_over + 1200)
+    forged = {
+        "g2": stamp,  # another game's
+        "g3": clock_stamp(b"not-the-secret", "g3", 4, handed_over + 1200),
+    }
+    now[0] = handed_over + 1100  # 1300 ms after the head event, 1100 after the hand-over
+    sent = {"g1": await h.send(h.move("g1", 1, m1, 4, clock=stamp))}
+    for gid, bad in forged.items():
+        sent[gid] = await h.send(h.move(gid, 1, m1, 4, clock=bad))
+    await engine.drain()
+    assert (await h.reply(sent["g1"])).seq == 5
+    for gid in forged:
+        assert (await h.reply(sent[gid])).code == "too_late", gid
+    [first] = [e for e in await h.log("g1") if isinstance(e, MovePlayed)]
+    assert first.think_ms == 1100  # from the hand-over: 100 ms of the bank
+
+    def claim(seq: int, clock: str = "") -> ClaimTimeout:
+        return ClaimTimeout(
+            command_id=h.cid(), reply_to=h.reply_to, game_id="g1", expected_seq=seq, clock=clock
+        )
+
+    # Seat 2's turn (seq 5) began at `now`, and was handed over 300 ms later.
+    began = now[0]
+    signed = clock_stamp(SECRET, "g1", 5, began + 300 + 1200)  # the limit + seat 2's bank
+    now[0] = began + 1250  # past the head event's deadline, not the signed one
+    early = await h.send(claim(5, signed))
+    unsigned = await h.send(claim(5))  # judged by the head event: that deadline is past
+    await engine.drain()
+    assert "250 ms left" in (await h.reply(early)).message
+    assert (await h.reply(unsigned)).seq == 6
+    end = (await h.log("g1"))[-1]
+    assert isinstance(end, GameEnded)
+    assert (end.reason, end.fault, end.overrun_ms) == ("time_forfeit", 2, 50)
+    assert (await h.reply(sent["g1"])).seq == 5
 
 
 async def test_the_random_move_policy_plays_for_a_seat_that_overran(

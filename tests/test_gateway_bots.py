@@ -12,6 +12,8 @@ from aiohttp.test_utils import TestClient
 from bots.sdk.client import register_bot, run_bot
 from bots.sdk.example import choose
 from schemas.api import EndedMessage, decode_bot_server_message, decode_server_message
+from schemas.tokens import stamped_deadline
+from services.gateway import appkeys
 from services.gateway.bots import STREAMS_PER_BOT
 from tests.gateway import Arena, new_game, play_out, until, view
 
@@ -97,16 +99,21 @@ async def test_a_reconnecting_bot_is_sent_its_pending_turn_again(client: TestCli
 
 async def test_a_bot_plays_over_its_websocket(client: TestClient) -> None:
     key = await register(client, "socketeer")
-    created = await new_game(client, seats=[{"bot": "socketeer"}, {"bot": "random"}])
+    seats = [{"bot": "socketeer"}, {"bot": "random"}]
+    created = await new_game(client, seats=seats, move_time=60)
     ws = await client.ws_connect("/ws/bot", headers=auth(key))
     seen: dict[str, Any] = {}
+    secret = client.app[appkeys.SECRET]
     async for msg in ws:
         m = decode_bot_server_message(msg.data)
         seen.setdefault(m.type, m)
         if m.type == "turn":
+            # A clocked turn carries its signed deadline; sent back, the clock runs from the
+            # hand-over.
+            assert stamped_deadline(secret, m.game_id, m.seq, m.clock) == m.deadline > 0, m
             v = await view(client, m.game_id)
-            move = {"type": "move", "game_id": m.game_id, "move": v["legal_moves"][0], "seq": m.seq}
-            await ws.send_str(json.dumps(move))
+            move = {"type": "move", "game_id": m.game_id, "move": v["legal_moves"][0]}
+            await ws.send_str(json.dumps(move | {"seq": m.seq, "clock": m.clock}))
         elif m.type == "reply":
             assert m.ok, m
         elif m.type == "ended":

@@ -39,8 +39,11 @@ GAME = "g1"
 Script = Callable[["FakeGateway", web.Request], Awaitable[web.StreamResponse]]
 
 
-def turn(seq: int, moves: list[str], *, game_id: str = GAME, deadline: int = 0) -> dict[str, Any]:
+def turn(
+    seq: int, moves: list[str], *, game_id: str = GAME, deadline: int = 0, clock: str = ""
+) -> dict[str, Any]:
     return {
+        "clock": clock,
         "type": "turn",
         "game_id": game_id,
         "game": "teeko",
@@ -266,7 +269,7 @@ async def test_a_turn_past_its_deadline_is_skipped_and_choose_gets_the_time_left
     async def late_then_timely(gw: FakeGateway, request: web.Request) -> web.StreamResponse:
         resp = await open_stream(request)
         await send(resp, turn(0, [], game_id="late", deadline=now_ms - 1))
-        await send(resp, turn(0, [], game_id="timely", deadline=now_ms + 5000))
+        await send(resp, turn(0, [], game_id="timely", deadline=now_ms + 5000, clock="c0ffee"))
         return await hold(gw, resp)
 
     gw.scripts = [late_then_timely]
@@ -275,6 +278,7 @@ async def test_a_turn_past_its_deadline_is_skipped_and_choose_gets_the_time_left
         await eventually(lambda: gw.moves)
         await asyncio.sleep(0.1)  # room for a wrong answer to the late turn
     assert [game for game, _ in gw.moves] == ["timely"]
+    assert gw.moves[0][1]["clock"] == "c0ffee"  # the turn's signed deadline, sent back
     [(_, seconds_left)] = choose.seen
     assert seconds_left is not None and 3 < seconds_left <= 5
 

@@ -247,7 +247,9 @@ class _Bot:
     async def post(self, turn: TurnMessage, move: str) -> bool:
         """POST the move; True once the gateway has answered it (accepted or refused)."""
         url = f"{self.url}/api/bot/games/{turn.game_id}/moves"
-        body = {"move": move, "seq": turn.seq}
+        body: dict[str, Any] = {"move": move, "seq": turn.seq}
+        if turn.clock:
+            body["clock"] = turn.clock  # the clock then runs from the hand-over
         backoff = _Backoff(0.25, 4.0)
         for _ in range(POST_ATTEMPTS):
             try:

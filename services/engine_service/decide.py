@@ -8,7 +8,10 @@ live games is rebuilt from the log on a miss.
 
 Clocks are judged by arrival: `decide` gets `arrived`, when the command reached the command
 stream (its entry id's time), and a move that arrived by the deadline counts however late
-an engine gets to it; a timeout claim counts only if it arrived after the deadline.
+an engine gets to it; a timeout claim counts only if it arrived after the deadline. The
+deadline runs from the head event, or from when the dispatcher handed a bot its turn when
+the command carries that turn's signed deadline (`schemas.tokens.clock_stamp`), whichever
+is later: the platform's lag in getting the turn to the bot is not the bot's time.
 
 `ImportGame` creates a game from a finished game's exported log: checked as `agon verify`
 checks a log (hash chain, seqs, a replay move for move), then appended whole, re-keyed to
@@ -59,6 +62,7 @@ from schemas.tokens import (
     admin_token,
     bot_token,
     new_human_token,
+    stamped_deadline,
     token_hash,
     token_matches,
     tokens_equal,
@@ -353,7 +357,7 @@ class Rules:
         to_move = state.seat_to_move  # the game is not over: `decide` checked
         if cmd.seat != to_move:
             raise Reject("not_your_turn", f"seat {to_move} is to move, not seat {cmd.seat}")
-        deadline = fold.deadline
+        deadline, start = self.clock(rec, cmd.expected_seq, cmd.clock, arrived)
         if deadline and arrived > deadline:
             raise Reject(
                 "too_late",
@@ -370,7 +374,7 @@ class Rules:
                 text = str(move)
                 if text == cmd.move:
                     fold.actions[text] = action
-            self._apply(out, cmd, now, action, text, arrived - fold.updated)
+            self._apply(out, cmd, now, action, text, arrived - start)
         except (InvalidMoveError, IllegalMoveError) as exc:
             code: RejectCode = "illegal_move"
             if isinstance(exc, InvalidMoveError):
@@ -439,7 +443,7 @@ class Rules:
         limit = rec.created.move_time_ms
         if limit == 0:
             raise Reject("illegal_move", f"game {cmd.game_id} has no per-move time limit")
-        deadline = rec.deadline
+        deadline, start = self.clock(rec, cmd.expected_seq, cmd.clock, arrived)
         if arrived <= deadline:
             raise Reject("illegal_move", f"seat {rec.to_move} had {deadline - arrived} ms left")
         late, overrun = rec.to_move, arrived - deadline
@@ -450,7 +454,7 @@ class Rules:
             legal = [str(m) for m in state.legal_moves()]
             text = random.Random(f"{rec.created.seed}:{state.ply}").choice(sorted(legal))
             action = state.game.action_of(Move.parse(text))
-            self._apply(out, cmd, now, action, text, arrived - rec.last_time, timeout=True)
+            self._apply(out, cmd, now, action, text, arrived - start, timeout=True)
             return
         detail = f"seat {late} did not move within its time ({overrun} ms over)"
         self._end(out, cmd, now, 3 - late, "time_forfeit", detail, fault=late, overrun_ms=overrun)
@@ -474,6 +478,20 @@ class Rules:
         self._end(out, cmd, now, 3 - late, "no_reply", detail, fault=late)
 
     # -- helpers -------------------------------------------------------------------------
+    def clock(self, rec: GameRecord, seq: int, clock: str, arrived: int) -> tuple[int, int]:
+        """The deadline of the seat to move (0: none) and when its time began: from the head
+        event, or later from the turn's hand-over when `clock` signs a later deadline for
+        this game and seq (a hand-over after the command's arrival counts as the arrival)."""
+        fold = rec.fold
+        deadline, start = fold.deadline, fold.updated
+        if deadline and clock:
+            stamped = stamped_deadline(self.secret, fold.game_id, seq, clock)
+            if stamped is not None and stamped > deadline:
+                allowance = deadline - start  # the per-move limit and what is left of the bank
+                deadline = max(deadline, min(stamped, arrived + allowance))
+                start = deadline - allowance
+        return deadline, start
+
     def _check_token(self, rec: GameRecord, seat: int, token: str) -> None:
         seated = rec.fold.token_hashes.get(seat)
         if seated is None:

@@ -350,21 +350,24 @@ class EngineService(StreamConsumer):
         from the command stream and decided here first; the other engine's copy then gets
         the same reply and appends nothing. Returns the new (this round, later rounds).
         """
+        assert self.rules is not None, "setup() first"
         claims = []
         for work in this:
-            rec = records.get(work.command.game_id)
-            if isinstance(work.command, ClaimTimeout) and not work.searched and rec is not None:
+            rec, cmd = records.get(work.command.game_id), work.command
+            if isinstance(cmd, ClaimTimeout) and not work.searched and rec is not None:
                 work.searched = True
-                if rec.deadline and work.command.expected_seq == rec.head:
-                    claims.append((work, rec))
+                if rec.deadline and cmd.expected_seq == rec.head:
+                    arrived = id_ms(work.entry.entry_id) if self._by_arrival else self.clock()
+                    deadline, _ = self.rules.clock(rec, cmd.expected_seq, cmd.clock, arrived)
+                    claims.append((work, rec, deadline))
         if not claims:
             return this, later
         pipe = self.redis.pipeline(transaction=False)
-        for work, rec in claims:
+        for work, rec, deadline in claims:
             # Slack before the turn began, for clocks that disagree a little.
-            pipe.xrange(work.entry.stream, rec.last_time - 5000, rec.deadline)
+            pipe.xrange(work.entry.stream, rec.last_time - 5000, deadline)
         known = {(w.entry.stream, w.entry.entry_id) for w in batch}
-        for (claim, rec), rows in zip(claims, await pipe.execute(), strict=True):
+        for (claim, rec, _), rows in zip(claims, await pipe.execute(), strict=True):
             found = []
             for entry_id, fields in rows:
                 entry = Entry(claim.entry.stream, entry_id, fields.get(b"m"))

@@ -81,7 +81,7 @@ RECENT_TURNS = 200
 #: How long a gateway trusts a bot key it has looked up (keys are never revoked yet).
 KEY_CACHE_S = 30.0
 #: What a turn request tells an outside bot: everything but its seat token.
-TURN_FIELDS = {"game_id", "game", "options", "moves", "seq", "seat", "deadline"}
+TURN_FIELDS = {"game_id", "game", "options", "moves", "seq", "seat", "deadline", "clock"}
 
 
 async def register(request: web.Request) -> web.Response:
@@ -121,13 +121,17 @@ async def authenticate(request: web.Request) -> str:
 async def bot_move(request: web.Request) -> web.Response:
     bot = await authenticate(request)
     body = await read_body(request, BotMoveBody)
-    reply = await answer(request.app, bot, request.match_info["id"], body.move, body.seq)
+    reply = await answer(
+        request.app, bot, request.match_info["id"], body.move, body.seq, body.clock
+    )
     if (error := refused(reply)) is not None:
         raise error
     return respond(request, {"seq": reply.seq})
 
 
-async def answer(app: web.Application, bot: str, game_id: str, move: str, seq: int) -> Reply:
+async def answer(
+    app: web.Application, bot: str, game_id: str, move: str, seq: int, clock: str = ""
+) -> Reply:
     states = app[appkeys.STATES]
     game = await states.known(game_id)  # for its seats: the engine checks the rest
     if game is None:
@@ -142,6 +146,7 @@ async def answer(app: web.Application, bot: str, game_id: str, move: str, seq: i
         token=bot_token(app[appkeys.SECRET], game_id, seat),
         move=move,
         expected_seq=seq,
+        clock=clock,
     )
     return await submit(app, command)
 
@@ -350,7 +355,9 @@ async def bot_socket(request: web.Request) -> web.WebSocketResponse:
         await serve_turns(request.app, bot, emit)
 
     async def answer_move(message: BotMoveMessage) -> Reply:
-        return await answer(request.app, bot, message.game_id, message.move, message.seq)
+        return await answer(
+            request.app, bot, message.game_id, message.move, message.seq, message.clock
+        )
 
     with stream_slot(request.app, bot):
         return await socket_loop(request, "bot", decode_bot_message, feed, answer_move)
