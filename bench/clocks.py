@@ -1,23 +1,29 @@
 """The clocks benchmark: time forfeits when many bot games run at a short move time.
 
 `--games` (default 200) Teeko games run at once through the whole pipeline (one engine,
-projector and dispatcher), between random movers that answer every turn on its own after
-a uniform 5-50 ms, as that many separate engine processes would (well inside the clock), at
-`--move-time` (default 0.1 s) per move with the forfeit policy. Printed: games, moves, time
-forfeits per game and per 1,000 moves (fastchess reports 10 in 20,000 games at its shortest
-control), think time p50/p95 as the server measured it, and moves per second; the baseline
-is the same games without a clock in the same run, so the ratio shows what the clock costs.
+projector and dispatcher in this process), between random movers in a process of their own
+that answer every turn on its own after a uniform 5-50 ms, as that many separate engine
+processes would (well inside the clock), at `--move-time` (default 0.1 s) per move with the
+forfeit policy. Printed, the median of `ROUNDS` rounds: games, moves, time forfeits per game
+and per 1,000 moves (fastchess reports 10 in 20,000 games at its shortest control), think
+time p50/p95 as the server measured it (from the turn's hand-over to the move's arrival),
+and moves per second; the baseline is the same games without a clock in the same run, so
+the ratio shows what the clock costs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import random
+import statistics
 import time
 from collections.abc import Sequence
 from typing import Any
 
+import redis.asyncio as aioredis
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 
 from bench.gateway import quantile
@@ -60,18 +66,39 @@ class PromptWorker(BotWorker):
             self.moves_sent += 1
 
 
-async def _play(url: str, games: int, move_time_ms: int) -> dict[str, Any]:
-    import redis.asyncio as aioredis
+#: Rounds per setting; the table shows their medians.
+ROUNDS = 3
 
+
+def _serve_bots(url: str, prefix: str, ready: Any, stop: Any) -> None:
+    """The bots' process: one `PromptWorker` until `stop` is set."""
+
+    async def serve() -> None:
+        redis = aioredis.Redis.from_url(url)
+        worker = PromptWorker(redis, Keys(prefix=prefix))
+        await worker.setup()
+        ready.set()
+        done = asyncio.Event()
+        running = asyncio.create_task(worker.run(done))
+        while not stop.is_set():
+            await asyncio.sleep(0.05)
+        done.set()
+        await running
+        await redis.aclose()
+
+    asyncio.run(serve())
+
+
+async def _play(url: str, games: int, move_time_ms: int, round_no: int) -> dict[str, Any]:
     redis = aioredis.Redis.from_url(url)
-    keys = Keys(prefix=f"bench-clocks-{move_time_ms}")
+    keys = Keys(prefix=f"bench-clocks-{move_time_ms}-{round_no}")
     services = ServiceSet(redis, keys, [], block_ms=50, director=False)
-    extra = [PromptWorker(redis, keys)]
-    for w in extra:
-        await w.setup()
+    spawn = multiprocessing.get_context("spawn")
+    ready, stop = spawn.Event(), spawn.Event()
+    bots = spawn.Process(target=_serve_bots, args=(url, keys.prefix, ready, stop), daemon=True)
+    bots.start()
+    await asyncio.to_thread(ready.wait, 60)
     await services.start()
-    stop = asyncio.Event()
-    tasks = [asyncio.create_task(w.run(stop)) for w in extra]
     ids = [f"c{move_time_ms}-{i}" for i in range(games)]
     started = time.perf_counter()
     async with CommandClient(redis, keys) as client:
@@ -93,7 +120,7 @@ async def _play(url: str, games: int, move_time_ms: int) -> dict[str, Any]:
         await asyncio.sleep(0.1)
     seconds = time.perf_counter() - started
     stop.set()
-    await asyncio.gather(*tasks)
+    await asyncio.to_thread(bots.join, 30)
     await services.stop()
     # The results read model has every game's end and each move's think time.
     results = await game_results(redis, keys, "teeko")
@@ -118,10 +145,23 @@ async def _play(url: str, games: int, move_time_ms: int) -> dict[str, Any]:
     }
 
 
+def _median_round(url: str, games: int, move_time_ms: int, progress: Progress) -> dict[str, Any]:
+    """Every figure the median of `ROUNDS` rounds."""
+    label = f"{move_time_ms / 1000:g} s/move" if move_time_ms else "no clock"
+    task = progress.add_task(label, total=ROUNDS)
+    rounds = []
+    for n in range(ROUNDS):
+        rounds.append(asyncio.run(_play(url, games, move_time_ms, n)))
+        progress.advance(task)
+    out = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+    out["forfeits_each_round"] = [r["forfeits"] for r in rounds]
+    return out
+
+
 def run_clocks_bench(games: int, move_time_s: float) -> list[dict[str, Any]]:
-    with EmbeddedRedis() as server:
-        clocked = asyncio.run(_play(server.url, games, round(move_time_s * 1000)))
-        baseline = asyncio.run(_play(server.url, games, 0))
+    with EmbeddedRedis() as server, Progress(transient=True) as progress:
+        clocked = _median_round(server.url, games, round(move_time_s * 1000), progress)
+        baseline = _median_round(server.url, games, 0, progress)
     clocked["moves_per_s_vs_no_clock"] = clocked["moves_per_s"] / max(1e-9, baseline["moves_per_s"])
     return [clocked, baseline]
 
@@ -129,7 +169,8 @@ def run_clocks_bench(games: int, move_time_s: float) -> list[dict[str, Any]]:
 def print_clocks_table(rows: list[dict[str, Any]]) -> None:
     table = Table(
         "move time", "games", "moves", "time forfeits", "per 1,000 moves", "think p50",
-        "think p95", "moves/s", title="clocks: concurrent bot games, 5-50 ms bots",
+        "think p95", "moves/s",
+        title=f"clocks: concurrent bot games, 5-50 ms bots (median of {ROUNDS} rounds)",
     )  # fmt: skip
     for r in rows:
         table.add_row(
@@ -139,6 +180,10 @@ def print_clocks_table(rows: list[dict[str, Any]]) -> None:
             f"{r['think_p95_ms']} ms", f"{r['moves_per_s']:.0f}",
         )  # fmt: skip
     Console().print(table)
+    for r in rows:
+        if r["move_time_ms"]:
+            each = ", ".join(map(str, r["forfeits_each_round"]))
+            Console().print(f"time forfeits in each round at {r['move_time_ms']} ms: {each}")
     ratio = rows[0].get("moves_per_s_vs_no_clock")
     if ratio is not None:
         Console().print(f"moves/s with the clock vs without: {ratio:.2f}x")
