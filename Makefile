@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(VENV)/bin/agon bench pipeline --seconds $(SECONDS) --json
 	$(VENV)/bin/agon bench memory --games 50 --json
 	$(VENV)/bin/agon bench gateway --seconds $(SECONDS) --json
+	$(VENV)/bin/agon bench clocks
 
 load: $(STAMP)
 	$(VENV)/bin/agon bench load --games 64 --seconds 20 --engines 1,2,4 --gateways 1,2 --spectators 128
