@@ -14,9 +14,11 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from redis.exceptions import RedisClusterException
+from redis.exceptions import RedisClusterException, ResponseError
 
 from engine import load_game
 from engine.core import State
@@ -26,7 +28,14 @@ from schemas.commands import Command, CreateGame, PlayMove, SeatPlayer, SeatSpec
 from schemas.replies import Accepted, Reply
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import TRANSIENT_ERRORS, Client
-from services.bus.keys import Keys
+from services.bus.consumer import as_text, now_ms
+from services.bus.keys import (
+    DISPATCHER_GROUP,
+    ENGINE_GROUP,
+    PROJECTOR_GROUP,
+    WORKERS_GROUP,
+    Keys,
+)
 from services.projector.fold import fold
 
 
@@ -187,3 +196,30 @@ async def settle(redis: Client, keys: Keys, game_ids: set[str]) -> None:
         if all(v is not None and v["seq"] == h for v, h in zip(views, heads, strict=True)):
             return
         await asyncio.sleep(0.1)
+
+
+async def beating(redis: Client, keys: Keys, within_ms: int) -> set[str]:
+    """The processes whose heartbeat (`Keys.processes`) is at most `within_ms` old."""
+    beats = await QueryClient(redis, keys).processes()
+    now = now_ms()
+    return {name for name, beat in beats.items() if now - int(beat.get("time", 0)) <= within_ms}
+
+
+async def group_consumers(
+    redis: Client, keys: Keys, bots: Sequence[str]
+) -> list[tuple[str, str, dict[str, Any] | Exception]]:
+    """Every consumer of every service group (engine, projector, dispatcher, the workers of
+    `bots`) as (stream, group, XINFO CONSUMERS row), or the error that reading a group gave."""
+    groups = [(keys.commands(p), ENGINE_GROUP) for p in keys.all_partitions()]
+    for p in keys.all_partitions():
+        groups += [(keys.feed(p), PROJECTOR_GROUP), (keys.feed(p), DISPATCHER_GROUP)]
+    groups += [(keys.bot_turns(b), WORKERS_GROUP) for b in bots]
+    out: list[tuple[str, str, dict[str, Any] | Exception]] = []
+    for stream, group in groups:
+        try:
+            consumers: Any = await redis.xinfo_consumers(stream, group)
+        except ResponseError as exc:
+            out.append((stream, group, exc))
+            continue
+        out += [(stream, group, {**c, "name": as_text(c["name"])}) for c in consumers]
+    return out

@@ -40,7 +40,7 @@ import random
 import string
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -51,7 +51,6 @@ from aiohttp import ClientError, ClientTimeout, WSMsgType, WSServerHandshakeErro
 from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from redis.exceptions import ResponseError
 
 from bots.base import bot_names
 from schemas.api import PingMessage, decode_client_message, decode_server_message
@@ -73,15 +72,23 @@ from schemas.tokens import admin_token, bot_token
 from schemas.tournaments import TournamentSpec, new_tournament_id
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.consumer import DEAD_AFTER_MS, as_text, now_ms
-from services.bus.keys import DISPATCHER_GROUP, ENGINE_GROUP, PROJECTOR_GROUP, WORKERS_GROUP, Keys
+from services.bus.keys import ENGINE_GROUP, Keys
 from services.bus.secret import shared_secret
 from services.gateway.games import MAX_PAGE, MAX_PLY, PLIES_PER_PAGE
 from services.projector import verify
 from services.runtime import GameSpec, ServiceSet, create_games, wait_until_ended
 from services.tournament.store import TournamentStore
-from tests.faults import FaultLine, record
-from tests.gateway import running_arena
-from tests.test_failover import Tally, drive, lost_and_doubled, settle
+from tests.faults import (
+    FaultLine,
+    Tally,
+    beating,
+    drive,
+    group_consumers,
+    lost_and_doubled,
+    record,
+    settle,
+)
+from tests.gateway import running_arena, until
 
 FULL = os.environ.get("AGON_FAULTS") == "full"
 TOTAL = 10_000 if FULL else 1_000
@@ -1064,33 +1071,16 @@ async def flood_sockets(client: TestClient, world: World, plans: list[Plan]) -> 
 async def dead_consumers(redis: aioredis.Redis, keys: Keys, services: ServiceSet) -> list[str]:
     """Service tasks that ended, services without a fresh heartbeat, and consumers in any group
     whose process does not beat (`Keys.processes`)."""
-    beats = await QueryClient(redis, keys).processes()
-    now = now_ms()
-    alive = {
-        name for name, beat in beats.items() if now - int(beat.get("time", 0)) <= DEAD_AFTER_MS
-    }
+    alive = await beating(redis, keys, DEAD_AFTER_MS)
     dead = [f"a service ended: {services.failed()!r}"] if services.failed() is not None else []
     names = [s.reader.consumer for s in services.services()]
     names += [services.director.name] if services.director is not None else []
     dead += [f"{name} does not beat" for name in names if name not in alive]
-    groups = [(keys.commands(p), ENGINE_GROUP) for p in keys.all_partitions()]
-    groups += [
-        (keys.feed(p), g)
-        for p in keys.all_partitions()
-        for g in (PROJECTOR_GROUP, DISPATCHER_GROUP)
-    ]
-    groups += [(keys.bot_turns(b), WORKERS_GROUP) for b in BOTS]
-    for stream, group in groups:
-        try:
-            consumers: Any = await redis.xinfo_consumers(stream, group)
-        except ResponseError as exc:
-            dead.append(f"group {group} of {stream}: {exc}")
-            continue
-        dead += [
-            f"{as_text(c['name'])} in group {group} of {stream}"
-            for c in consumers
-            if as_text(c["name"]) not in alive
-        ]
+    for stream, group, c in await group_consumers(redis, keys, BOTS):
+        if isinstance(c, Exception):
+            dead.append(f"group {group} of {stream}: {c}")
+        elif c["name"] not in alive:
+            dead.append(f"{c['name']} in group {group} of {stream}")
     return dead
 
 
@@ -1100,15 +1090,6 @@ async def engine_idle(redis: aioredis.Redis, keys: Keys) -> bool:
         for g in await redis.xinfo_groups(keys.commands(p)):
             if as_text(g["name"]) == ENGINE_GROUP and (g["pending"] or g.get("lag")):
                 return False
-    return True
-
-
-async def within(seconds: float, check: Callable[[], Awaitable[bool]]) -> bool:
-    deadline = time.monotonic() + seconds
-    while not await check():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.1)
     return True
 
 
@@ -1158,7 +1139,7 @@ class Honest:
         ]
         self.flooding.set()
         self.feeding = asyncio.create_task(self._bot_games())
-        ready = await within(60, self._ready)
+        ready = await until(self._ready, 60)
         assert ready, "no honest games to aim at"
 
     async def _bot_games(self) -> None:
@@ -1194,7 +1175,7 @@ class Honest:
         async def parked() -> bool:
             return players.parked >= DRIVERS or any(t.done() for t in self.drivers)
 
-        done = await within(WIND_DOWN_S, parked)
+        done = await until(parked, WIND_DOWN_S)
         return done, await self.stop()
 
     async def stop(self) -> list[str]:
@@ -1273,7 +1254,7 @@ async def test_a_flood_of_bad_input_harms_no_honest_game(
             game_ids, tournament_ended = await honest.games()
             unfinished = await wait_until_ended(redis, keys, game_ids, WIND_DOWN_S, services.failed)
             wedged = len(unfinished) + (not tournament_ended) + (not parked)
-            if not await within(60, lambda: engine_idle(redis, keys)):
+            if not await until(lambda: engine_idle(redis, keys), 60):
                 problems.append("the engine did not work through the command streams")
             await settle(redis, keys, set(game_ids))
             dead = await dead_consumers(redis, keys, services)

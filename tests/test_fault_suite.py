@@ -31,7 +31,7 @@ from schemas.api import decode_server_message
 from schemas.tournaments import TournamentSpec, new_tournament_id
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import Client, connect
-from services.bus.consumer import as_text, now_ms
+from services.bus.consumer import now_ms
 from services.bus.keys import (
     DISPATCHER_GROUP,
     ENGINE_GROUP,
@@ -43,7 +43,16 @@ from services.projector import verify
 from services.redis_embedded import EmbeddedRedis, free_port
 from services.runtime import create_games, wait_until_ended
 from services.tournament.store import TournamentStore
-from tests.faults import FaultLine, Tally, drive, lost_and_doubled, record, settle
+from tests.faults import (
+    FaultLine,
+    Tally,
+    beating,
+    drive,
+    group_consumers,
+    lost_and_doubled,
+    record,
+    settle,
+)
 from tests.procs import Proc, Processes
 
 FULL = os.environ.get("AGON_FAULTS") == "full"
@@ -165,19 +174,11 @@ class Load:
 
 async def dead_consumers(redis: Client, procs: Processes) -> list[str]:
     """Crashed processes, plus consumers holding work with no live heartbeat."""
-    beats = await QueryClient(redis, KEYS).processes()
-    alive = {name for name, b in beats.items() if now_ms() - int(b.get("time", 0)) < 5000}
-    streams = [(KEYS.commands(p), ENGINE_GROUP) for p in KEYS.all_partitions()]
-    for p in KEYS.all_partitions():
-        streams += [(KEYS.feed(p), PROJECTOR_GROUP), (KEYS.feed(p), DISPATCHER_GROUP)]
-    for bot in ("mcts", "random", "greedy"):
-        streams.append((KEYS.bot_turns(bot), WORKERS_GROUP))
+    alive = await beating(redis, KEYS, 5000)
     dead = [f"{p.kind} exited {p.process.returncode}" for p in procs.died()]
-    for stream, group in streams:
-        with contextlib.suppress(Exception):
-            for c in await redis.xinfo_consumers(stream, group):
-                if int(c["pending"]) and as_text(c["name"]) not in alive:
-                    dead.append(f"{as_text(c['name'])} holds {c['pending']} on {stream}/{group}")
+    for stream, group, c in await group_consumers(redis, KEYS, ("mcts", "random", "greedy")):
+        if not isinstance(c, Exception) and int(c["pending"]) and c["name"] not in alive:
+            dead.append(f"{c['name']} holds {c['pending']} on {stream}/{group}")
     return dead
 
 
