@@ -89,6 +89,7 @@ class CommandClient:
 
     def start(self) -> None:
         if self._reader is None:
+            self._closing = False  # a closed client may be used again
             self._reader = asyncio.create_task(self._read_replies())
 
     async def close(self) -> None:
