@@ -357,7 +357,7 @@ class Rules:
         to_move = state.seat_to_move  # the game is not over: `decide` checked
         if cmd.seat != to_move:
             raise Reject("not_your_turn", f"seat {to_move} is to move, not seat {cmd.seat}")
-        deadline, start = self.clock(rec, cmd.expected_seq, cmd.clock, arrived)
+        deadline, start = self.turn_deadline(rec, cmd.expected_seq, cmd.clock, arrived)
         if deadline and arrived > deadline:
             raise Reject(
                 "too_late",
@@ -443,7 +443,7 @@ class Rules:
         limit = rec.created.move_time_ms
         if limit == 0:
             raise Reject("illegal_move", f"game {cmd.game_id} has no per-move time limit")
-        deadline, start = self.clock(rec, cmd.expected_seq, cmd.clock, arrived)
+        deadline, start = self.turn_deadline(rec, cmd.expected_seq, cmd.clock, arrived)
         if arrived <= deadline:
             raise Reject("illegal_move", f"seat {rec.to_move} had {deadline - arrived} ms left")
         late, overrun = rec.to_move, arrived - deadline
@@ -478,7 +478,7 @@ class Rules:
         self._end(out, cmd, now, 3 - late, "no_reply", detail, fault=late)
 
     # -- helpers -------------------------------------------------------------------------
-    def clock(self, rec: GameRecord, seq: int, clock: str, arrived: int) -> tuple[int, int]:
+    def turn_deadline(self, rec: GameRecord, seq: int, clock: str, arrived: int) -> tuple[int, int]:
         """The deadline of the seat to move (0: none) and when its time began: from the head
         event, or later from the turn's hand-over when `clock` signs a later deadline for
         this game and seq (a hand-over after the command's arrival counts as the arrival)."""

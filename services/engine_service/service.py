@@ -358,7 +358,9 @@ class EngineService(StreamConsumer):
                 work.searched = True
                 if rec.deadline and cmd.expected_seq == rec.head:
                     arrived = id_ms(work.entry.entry_id) if self._by_arrival else self.clock()
-                    deadline, _ = self.rules.clock(rec, cmd.expected_seq, cmd.clock, arrived)
+                    deadline, _ = self.rules.turn_deadline(
+                        rec, cmd.expected_seq, cmd.clock, arrived
+                    )
                     claims.append((work, rec, deadline))
         if not claims:
             return this, later
