@@ -106,7 +106,9 @@ class ServiceSet:
             EngineService(redis, keys, block_ms=block_ms, claim_idle_ms=idle, replicas=ack_replicas)
             for _ in range(engines)
         ]
-        self.projector = Projector(redis, keys, block_ms=block_ms, claim_idle_ms=idle)
+        self.projector = Projector(
+            redis, keys, block_ms=block_ms, claim_idle_ms=idle, replicas=ack_replicas
+        )
         self.dispatcher = Dispatcher(redis, keys, block_ms=block_ms, claim_idle_ms=idle)
         self.workers = [
             BotWorker(redis, b, keys, block_ms=block_ms, claim_idle_ms=idle)
@@ -793,19 +795,21 @@ class _Service:
                 default=24.0,
                 help="how long a command id is remembered (its reply repeated) (default: 24)",
             )
+        if self.kind in ("engine", "projector"):
+            done = "a command done" if self.kind == "engine" else "a feed entry projected"
             parser.add_argument(
                 "--ack-replicas",
                 type=non_negative_int,
                 default=0,
-                help="report a command done only once this many replicas hold its events "
+                help=f"count {done} only once this many replicas hold what it wrote "
                 "(Redis WAIT; see deploy/README.md) (default: 0)",
             )
             parser.add_argument(
                 "--ack-timeout-ms",
                 type=positive_int,
                 default=1000,
-                help="how long to wait for those replicas before leaving it unreported "
-                "(default: 1000)",
+                help="how long to wait for those replicas; what they did not confirm "
+                "is done again (default: 1000)",
             )
         parser.add_argument(
             "--drain", action="store_true", help="process what is there, then exit (burst mode)"
@@ -828,7 +832,14 @@ class _Service:
             )
             return [engine]
         if self.kind == "projector":
-            return [Projector(redis, keys)]
+            return [
+                Projector(
+                    redis,
+                    keys,
+                    replicas=args.ack_replicas,
+                    replica_timeout_ms=args.ack_timeout_ms,
+                )
+            ]
         if self.kind == "dispatcher":
             return [Dispatcher(redis, keys)]
         try:

@@ -9,6 +9,7 @@ finds an edited event and an edited view.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -30,8 +31,10 @@ from schemas.codec import (
 )
 from schemas.commands import CreateGame, PlayMove, SeatPlayer, SeatSpec
 from services.bus.clients import QueryClient
+from services.bus.connection import ReplicasBehind
 from services.bus.consumer import Entry
 from services.bus.keys import PROJECTOR_GROUP, Keys
+from services.engine_service import EngineService
 from services.projector import (
     GameFold,
     Projector,
@@ -334,6 +337,54 @@ async def test_verify_catches_a_missing_view_and_an_extra_result(redis: aioredis
     problems = (await verify(redis, KEYS)).problems
     assert any(KEYS.view(gid) in x and "missing" in x for x in problems)
     assert any(KEYS.bot_results(p, "random") in x and "differs" in x for x in problems)
+
+
+async def test_a_model_write_lands_only_where_the_log_holds_the_event_it_folded(
+    redis: aioredis.Redis,
+) -> None:
+    # After a failover the new master may hold another event of the same seq, or none:
+    # a write naming its fold's last entry (`Write.head`) is refused unless this log holds it.
+    [gid] = await play(redis, [("teeko", {})])
+    rows = await redis.xrange(KEYS.log(gid))
+    game = fold(gid, [unpack_event(f[FIELD_BYTES]) for _, f in rows])
+    n = game.seq
+
+    async def written(head: str) -> bool:
+        await redis.delete(KEYS.view(gid))
+        [(result, _)] = await registry.write(redis, KEYS, [registry.Write(game, n, n, head=head)])
+        assert (result == -1) == (await redis.get(KEYS.view(gid)) is not None)
+        return result == -1
+
+    assert not await written(registry.head_of(rows[0][1][FIELD_BYTES]))  # another event
+    assert await written(registry.head_of(rows[-1][1][FIELD_BYTES]))
+    await redis.xdel(KEYS.log(gid), rows[-1][0])
+    assert not await written(registry.head_of(rows[-1][1][FIELD_BYTES]))  # no such entry
+
+
+async def test_with_replicas_a_batch_is_acknowledged_once_a_replica_holds_its_models(
+    redis_server_factory: Any,
+) -> None:
+    primary, secondary = redis_server_factory(), redis_server_factory()
+    redis = aioredis.from_url(primary.url)
+    replica = aioredis.from_url(secondary.url)
+    try:
+        [gid] = await create_games(redis, KEYS, [("teeko", {})], 1, BOTS)
+        await EngineService(redis, KEYS).drain()
+        feed = KEYS.feed(KEYS.partition(gid))
+        projector = Projector(redis, KEYS, replicas=1, replica_timeout_ms=100)
+        with pytest.raises(ReplicasBehind):  # the server has no replica to confirm it
+            await projector.drain()
+        assert (await redis.xpending(feed, PROJECTOR_GROUP))["pending"] == await redis.xlen(feed)
+        await replica.replicaof("127.0.0.1", primary.port)
+        while (await replica.info("replication"))["master_link_status"] != "up":
+            await asyncio.sleep(0.05)
+        projector.reader.recover()  # as the loop does after a failed batch
+        await projector.drain()
+        assert (await redis.xpending(feed, PROJECTOR_GROUP))["pending"] == 0
+        assert await replica.get(KEYS.view(gid)) == await redis.get(KEYS.view(gid)) is not None
+    finally:
+        await redis.aclose()
+        await replica.aclose()
 
 
 @pytest.mark.parametrize("bad", [b"\xc1not msgpack", b"\x93\x01\x02\x03", None])

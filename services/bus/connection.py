@@ -41,8 +41,15 @@ log = logging.getLogger("agon.bus")
 #: A client of either kind: their command APIs are the same for everything Agon sends.
 Client = Redis | RedisCluster
 
+
+class ReplicasBehind(RuntimeError):
+    """Fewer replicas than asked for confirmed a write in time, or its master changed under
+    it: a moment of a failover, like a dropped connection; the work is done again."""
+
+
 #: Errors that say Redis is away for a moment (restart, failover), not that a request is bad.
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
+    ReplicasBehind,
     RedisConnectionError,
     RedisTimeoutError,
     ClusterDownError,

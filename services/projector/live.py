@@ -7,6 +7,11 @@ guarded write, which refuses a write unless the stored seq is exactly the one th
 started from. A refused write (another projector or a rebuild got there first) drops the
 cached fold and folds the game again from its log. A gap (a restart, a trimmed feed, a
 lost race) folds from the log too, so the read models always end at the log's head.
+
+With `replicas` (`--ack-replicas`, as the engine's), a batch is acknowledged only once the
+server that serves each partition holds its games' models up to the batch's events and that
+many replicas confirmed it (`registry.unconfirmed`); otherwise the batch is read again. So a
+master failover cannot keep the acknowledgement and lose the models it stood for.
 """
 
 from __future__ import annotations
@@ -19,11 +24,11 @@ from schemas.codec import FIELD, DecodeError, unpack, unpack_event
 from schemas.events import EventMap
 from services.bus.cache import LRU
 from services.bus.clients import log_entries
-from services.bus.connection import Client
+from services.bus.connection import Client, ReplicasBehind
 from services.bus.consumer import Entry, StreamConsumer
 from services.bus.keys import DISPATCHER_GROUP, PROJECTOR_GROUP, Keys
 from services.projector.fold import GameFold, fold
-from services.projector.registry import Write, write
+from services.projector.registry import Write, head_of, unconfirmed, write
 
 log = logging.getLogger("agon.projector")
 
@@ -58,6 +63,8 @@ class Projector(StreamConsumer):
         block_ms: int = 1000,
         claim_idle_ms: int = 30_000,
         cache_size: int = 20_000,
+        replicas: int = 0,
+        replica_timeout_ms: int = 1000,
     ) -> None:
         keys = keys or Keys()
         self.join(
@@ -70,6 +77,8 @@ class Projector(StreamConsumer):
             block_ms=block_ms,
             claim_idle_ms=claim_idle_ms,
         )
+        self.replicas = replicas
+        self.replica_timeout_ms = replica_timeout_ms
         #: events read, game writes done, games folded again from their logs
         self.events = 0
         self.writes = 0
@@ -91,6 +100,7 @@ class Projector(StreamConsumer):
 
     async def process(self, entries: Sequence[Entry]) -> None:
         by_game: dict[str, list[EventMap]] = {}
+        tips: dict[str, tuple[int, bytes]] = {}  # per game its last entry: seq, bytes
         for entry in entries:
             try:
                 ev = feed_event(entry)
@@ -100,18 +110,41 @@ class Projector(StreamConsumer):
                 await self.set_aside(entry, f"{exc.code}: {exc.message}")
                 continue
             self.events += 1
-            by_game.setdefault(ev["game_id"], []).append(ev)
+            gid, seq = ev["game_id"], ev["seq"]
+            by_game.setdefault(gid, []).append(ev)
+            if seq > tips.get(gid, (0, b""))[0]:
+                tips[gid] = (seq, entry.data or b"")  # never empty: feed_event read it
+        held: dict[str, int] = {}
         pending = list(by_game)
         for _ in range(3):
             if not pending:
                 break
-            pending = await self._project(pending, by_game)
+            pending = await self._project(pending, by_game, tips, held)
         if pending:
             log.warning("projector: %d games kept racing; their next event retries", len(pending))
+        if self.replicas and held:
+            short = await unconfirmed(
+                self.redis, self.keys, held, self.replicas, self.replica_timeout_ms
+            )
+            if short:
+                raise ReplicasBehind(
+                    f"the read models of {len(short)} games lack {self.replicas} replicas"
+                )
         await self.reader.ack(entries)
 
-    async def _project(self, game_ids: list[str], by_game: dict[str, list[EventMap]]) -> list[str]:
-        """Fold and write the games' new events; return the games whose write was refused."""
+    async def _project(
+        self,
+        game_ids: list[str],
+        by_game: dict[str, list[EventMap]],
+        tips: dict[str, tuple[int, bytes]],
+        held: dict[str, int],
+    ) -> list[str]:
+        """Fold and write the games' new events; return the games whose write was refused.
+        `held` gets the seq each game's stored models now reach, as far as this knows.
+
+        Each write names the log entry its fold ended with (`Write.head`), so it lands
+        only where the log holds that entry: after a failover the new master may lack an
+        event this read from the old one, or hold another event of its seq."""
         uncached = [g for g in game_ids if g not in self._cache]
         seen: dict[str, int] = {}
         if uncached:
@@ -128,6 +161,7 @@ class Projector(StreamConsumer):
             stored = game.seq if game is not None else seen[gid]
             fresh = {ev["seq"]: ev for ev in by_game[gid] if ev["seq"] > stored}
             if not fresh:
+                held[gid] = stored
                 continue  # all projected already (a redelivery)
             if game is None and stored == 0 and 1 in fresh:
                 # A new game whose log so far is all in this batch: no need to read it.
@@ -148,9 +182,11 @@ class Projector(StreamConsumer):
                 log.exception("projector: game %s does not fold; dropped from cache", gid)
                 self._cache.pop(gid)
                 continue
-            writes.append(Write(game, stored, stored, since))
+            tip, data = tips[gid]
+            head = head_of(data) if tip == game.seq else ""
+            writes.append(Write(game, stored, stored, since, head))
         writes.extend(await self._refold(refold, seen))
-        return await self._write(writes)
+        return await self._write(writes, held)
 
     async def _refold(self, game_ids: list[str], seen: dict[str, int]) -> list[Write]:
         """Fold games from their logs (a cache miss or a gap) up to the log head."""
@@ -162,15 +198,16 @@ class Projector(StreamConsumer):
             pipe.xrange(self.keys.log(gid), "-", "+")
         out = []
         for gid, rows in zip(game_ids, await pipe.execute(), strict=True):
+            entries = log_entries(rows)
             try:
-                game = fold(gid, [unpack_event(e.data) for e in log_entries(rows)])
+                game = fold(gid, [unpack_event(e.data) for e in entries])
             except Exception:
                 log.exception("projector: the log of game %s does not fold; skipped", gid)
                 continue
-            out.append(Write(game, seen[gid], seen[gid]))
+            out.append(Write(game, seen[gid], seen[gid], head=head_of(entries[-1].data)))
         return out
 
-    async def _write(self, writes: list[Write]) -> list[str]:
+    async def _write(self, writes: list[Write], held: dict[str, int]) -> list[str]:
         results = await write(self.redis, self.keys, writes, written=True)
         refused: list[str] = []
         for w, (result, cells) in zip(writes, results, strict=True):
@@ -180,7 +217,10 @@ class Projector(StreamConsumer):
                 self._cache.pop(game.game_id)
                 if result < game.seq:
                     refused.append(game.game_id)
+                else:
+                    held[game.game_id] = game.seq
                 continue
+            held[game.game_id] = game.seq
             self.writes += 1
             if game.status == "ended":
                 self._cache.pop(game.game_id)  # nothing more will happen to it

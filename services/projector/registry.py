@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import hashlib
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -300,23 +300,34 @@ def game_cells(keys: Keys, game: GameFold) -> list[Cell]:
 # one ZADD/ZREM/HSET/HDEL with the members of the games whose guard held (a view, one
 # SET or DEL each), then the seen hash one HSET.
 # KEYS: every key the call names, the partition's seen hash first.
-# ARGV[1]: msgpack of [ids, lo, hi, new seens, groups], each group [command, key index
-#   (into KEYS), the game index (1..n) of each item, the items' arguments, flat]: a SET
-#   item is its value, DEL none, ZADD score and member, ZREM a member, HSET field and
-#   value, HDEL a field. One packed argument instead of thousands keeps both the client's
-#   encoding and the script's argument handling cheap; when every guard held (rebuild, and
-#   the live projector almost always) each group's arguments go to Redis as they came.
+# ARGV[1]: msgpack of [ids, lo, hi, new seens, groups, heads], each group [command, key
+#   index (into KEYS), the game index (1..n) of each item, the items' arguments, flat]: a
+#   SET item is its value, DEL none, ZADD score and member, ZREM a member, HSET field and
+#   value, HDEL a field; each head [key index of the game's log, sha1 of the bytes of its
+#   entry `new seen`] or [0] (not checked). One packed argument instead of thousands keeps
+#   both the client's encoding and the script's argument handling cheap; when every guard
+#   held (rebuild, and the live projector almost always) each group's arguments go to
+#   Redis as they came.
 # Returns per game -1 when written, else the stored seen that refused it.
 _WRITE = Script(
     """
 local d = cmsgpack.unpack(ARGV[1])
-local ids, lo, hi, new, groups = d[1], d[2], d[3], d[4], d[5]
+local ids, lo, hi, new, groups, heads = d[1], d[2], d[3], d[4], d[5], d[6]
 local n = #ids
 local stored = redis.call('HMGET', KEYS[1], unpack(ids))
+-- Whether this server's log holds the very event the fold ended with: after a failover
+-- it may hold another event of that seq, or none, and models of a lost event are wrong.
+local function holds(g)
+  local head = heads[g]
+  if head[1] == 0 then return true end
+  local at = string.format('%d-0', new[g])
+  local entry = redis.call('XRANGE', KEYS[head[1]], at, at)[1]
+  return entry ~= nil and redis.sha1hex(entry[2][2]) == head[2]
+end
 local ok, out, seen, all = {}, {}, {}, true
 for g = 1, n do
   local cur = tonumber(stored[g] or '0')
-  if cur >= lo[g] and cur <= hi[g] then
+  if cur >= lo[g] and cur <= hi[g] and holds(g) then
     ok[g] = true
     out[g] = -1
     seen[#seen + 1] = ids[g]
@@ -372,12 +383,20 @@ class Write:
     `since` holds the cells this fold last wrote (the live projector keeps them with its
     cached fold): then only cells that changed are sent, usually the view alone. The guard
     makes that safe: the stored models are exactly what that earlier write left.
+    `head`, when given, is the sha1 (hex) of the bytes of the log entry the fold ended with
+    (`head_of`): the write is refused too unless the server's log holds that very entry.
     """
 
     game: GameFold
     lo: int
     hi: int
     since: dict[tuple[str, str], Any] | None = None
+    head: str = ""
+
+
+def head_of(data: bytes) -> str:
+    """A log entry's identity for `Write.head`: the sha1 of its bytes, as Lua computes it."""
+    return hashlib.sha1(data).hexdigest()
 
 
 Groups = dict[tuple[str, str], tuple[list[int], list[Any]]]
@@ -412,11 +431,17 @@ def _call(
     """One script call for games of partition `p`: its keys and its one argument."""
     script_keys = [keys.projector_seen(p)]
     index: dict[str, int] = {script_keys[0]: 1}
-    groups = _groups(writes, cells)
-    for _, key in groups:
+
+    def at(key: str) -> int:
         if key not in index:
             script_keys.append(key)
             index[key] = len(script_keys)
+        return index[key]
+
+    groups = _groups(writes, cells)
+    for _, key in groups:
+        at(key)
+    heads = [[at(keys.log(w.game.game_id)), w.head] if w.head else [0] for w in writes]
     packed = msgpack.packb(
         [
             [w.game.game_id for w in writes],
@@ -424,6 +449,7 @@ def _call(
             [w.hi for w in writes],
             [w.game.seq for w in writes],
             [[op, index[key], games, args] for (op, key), (games, args) in groups.items()],
+            heads,
         ],
         use_bin_type=False,  # Redis's cmsgpack reads no bin type: bytes go as (raw) str
     )
@@ -447,6 +473,7 @@ async def _watched(
     then None, and nothing was written. (`between` runs once the guards are read: a test
     writes there.)
     """
+    assert not any(w.head for w in writes), "heads are checked by the script only"
     seen_key = keys.projector_seen(p)
     ids = [w.game.game_id for w in writes]
     async with redis.pipeline(transaction=True) as pipe:
@@ -529,6 +556,48 @@ async def write(
     for call, answer in zip(calls, answers, strict=True):
         for i, result in zip(call, answer, strict=True):
             out[i] = (int(result), cell_values(cells[i]) if written else None)
+    return out
+
+
+# Whether a partition's read models hold the games up to the seqs given, and a write that
+# a WAIT after it covers: the seen hash's first field written again with its own value. A
+# WAIT waits for its connection's last write, and every earlier write of this server (the
+# models' among them, whichever connection sent them) came before it.
+# KEYS[1]: the partition's seen hash. ARGV: game id, seq, game id, seq, ...
+# Returns the ids whose stored seen is below the seq given.
+_CONFIRM = Script(
+    """
+local short = {}
+for i = 1, #ARGV, 2 do
+  if tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0') < tonumber(ARGV[i + 1]) then
+    short[#short + 1] = ARGV[i]
+  end
+end
+local first = redis.call('HGET', KEYS[1], ARGV[1])
+if first then redis.call('HSET', KEYS[1], ARGV[1], first) end
+return short
+"""
+)
+
+
+async def unconfirmed(
+    redis: Client, keys: Keys, seqs: Mapping[str, int], replicas: int, timeout_ms: int
+) -> list[str]:
+    """The games whose read models the server that now serves their partition does not
+    hold up to the seq given, or holds without `replicas` replicas confirming it (WAIT,
+    on the same connection as the check: after a failover, the models written to the dead
+    master are not confirmed by the new one's replicas)."""
+    by_partition: dict[int, list[str]] = {}
+    for gid in seqs:
+        by_partition.setdefault(keys.partition(gid), []).append(gid)
+    parts = list(by_partition.items())
+    calls = [
+        ([keys.projector_seen(p)], [x for gid in ids for x in (gid, seqs[gid])]) for p, ids in parts
+    ]
+    answers = await _CONFIRM.run_replicated(redis, calls, replicas, timeout_ms)
+    out: list[str] = []
+    for (_, ids), (short, confirmed) in zip(parts, answers, strict=True):
+        out += ids if not confirmed else [as_text(gid) for gid in short]
     return out
 
 
