@@ -4,9 +4,10 @@ Redis 7 selectors pair commands with the keys they may touch: `(%R~K +xrange)` l
 read the keys matching K with XRANGE and nothing else, `(%W~K +xadd)` append to them, and a
 command runs when one selector allows it with all of its keys. Commands a Lua script runs
 are checked against the calling user the same way, and EVALSHA itself needs read and write
-access to the keys it declares. So the projector, which may EVALSHA its own guarded write,
-is refused the engine's commit script by the keys the script names (a game log), and
-refused an XADD to a log by command and key alike. The key patterns come from
+access to the keys it declares. So the projector, whose guarded write declares the game
+logs it checks, may name a log in an EVALSHA, but only beside read models: the engine's
+commit script (which names a feed and a command stream too) is refused, and so is any
+XADD or DEL of a log, whether sent or run by a script. The key patterns come from
 `services.bus.keys` itself (`_Patterns` spells each name with `*` where a partition, game,
 bot or tournament goes), so they follow any change there.
 
@@ -146,9 +147,10 @@ def grants(prefix: str = DEFAULT_PREFIX, bots: Sequence[str] = ()) -> dict[str, 
         "projector": [
             feeds,
             read_logs,
+            Grant("the read-model write script (keys it names)", SCRIPTS, both=(*models, log)),
             Grant(
-                "the guarded read-model write (script and commands)",
-                (*SCRIPTS, "hget", "hmget", "hset", "hdel", "set", "del", "zadd", "zrem"),
+                "the guarded read-model write (its commands)",
+                ("hget", "hmget", "hset", "hdel", "set", "del", "zadd", "zrem"),
                 both=models,
             ),
             set_aside,
