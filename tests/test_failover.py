@@ -93,7 +93,8 @@ async def failover_run(ack_replicas: int) -> tuple[FaultLine, Tally]:
                 problems=len(problems),
                 promise=ack_replicas > 0,
                 note=f"resumed in {tally.recovery_s:.1f} s, {tally.unanswered} commands "
-                f"re-sent, {tally.resyncs} drivers re-read a log",
+                f"re-sent, {tally.resyncs} drivers re-read a log"
+                + "".join(f"\n  {p}" for p in problems[:5]),
             )
             record(line)
             return line, tally
