@@ -155,6 +155,9 @@ def test_terminations_count_every_game_and_faults_the_loser() -> None:
     # The log names the seat at fault: it decides, even without a winner.
     aborted_by_b = GameResult("x", "teeko", (), ("A", "B"), 0, "abort", 0, fault=2)
     assert faults([aborted_by_b]) == {"A": {}, "B": {"abort": 1}}
+    # ... and scores as its forfeit: aborting a lost game earns no half point.
+    assert (aborted_by_b.score(1), aborted_by_b.score(2)) == (1.0, 0.0)
+    assert [s.points for s in standings([aborted_by_b])] == [1.0, 0.0]
 
 
 def test_health_faults_and_nearest_rank_quantiles() -> None:

@@ -95,12 +95,17 @@ class GameResult:
         return self.reason not in PLATFORM_REASONS
 
     def score(self, seat: int) -> float:
-        """That seat's score: 1 for a win, 0.5 for a draw, 0 for a loss."""
+        """That seat's score: 1 for a win, 0.5 for a draw, 0 for a loss. A game a seat
+        aborted has no winner, but scores as that seat's forfeit: aborting a lost game must
+        not earn half a point."""
         if seat not in _SEATS:
             raise ValueError(f"a seat is 1 or 2, got {seat!r}")
-        if self.winner == 0:
+        winner = self.winner
+        if winner == 0 and self.reason == "abort" and self.fault in _SEATS:
+            winner = 3 - self.fault
+        if winner == 0:
             return 0.5
-        return 1.0 if self.winner == seat else 0.0
+        return 1.0 if winner == seat else 0.0
 
     def seat_of(self, name: str) -> int | None:
         """The first seat `name` holds, None if neither."""
