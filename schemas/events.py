@@ -38,9 +38,10 @@ from schemas.commands import SeatSpec, TimeoutPolicy
 
 #: Why a game ended, a closed set. The rules: `natural`. A player's fault (the seat in
 #: `GameEnded.fault`): `resignation`, `time_forfeit` (with the overrun), `illegal_move` (with
-#: its text), `no_reply` (nobody serves the bot to move), `disconnect`, and `abort` by a
-#: seated player. The platform's (`PLATFORM_REASONS`): `aborted` by the operator and
-#: `interrupted`; tournaments replay such games instead of scoring them.
+#: its text), `no_reply` (nobody serves the built-in bot to move), `disconnect` (no connection
+#: serves the outside bot to move), and `abort` by a seated player (scored as its forfeit).
+#: The platform's (`PLATFORM_REASONS`): `aborted` by the operator and `interrupted`;
+#: tournaments replay such games instead of scoring them.
 EndReason = Literal[
     "natural",
     "resignation",

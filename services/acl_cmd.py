@@ -165,6 +165,7 @@ def grants(prefix: str = DEFAULT_PREFIX, bots: Sequence[str] = ()) -> dict[str, 
             Grant(
                 "fill inboxes; who serves a bot", ("xadd", "xinfo|groups", "xlen"), both=(inboxes,)
             ),
+            Grant("is a bot an outside one", ("hexists",), read=(k.registered_bots(),)),
             set_aside,
             beat,
         ],

@@ -15,7 +15,8 @@ sends the claim, so a failed write never loses a clock.
 A bot nobody serves must not hold a game for ever: a bot's turn in a game without a clock
 is watched too ("<id>|<seq>|watch" in the clock zset, due after `unserved_ms`); when it
 comes due and no worker of that bot has a fresh heartbeat, the game ends as the bot's
-`no_reply` (an operator's `Abort` with the admin token), else the watch is set again.
+`no_reply`, or `disconnect` for an outside bot whose connection to a gateway is gone (an
+operator's `Abort` with the admin token), else the watch is set again.
 
 What it needs of a game (options, seats, moves) is the shared fold (`GameFold`, without
 the engine position) of the feed, cached; on a miss or a gap the game is folded from its
@@ -319,11 +320,13 @@ class Dispatcher(StreamConsumer):
             await self.redis.zadd(self.keys.clocks(p), {member: self.clock() + self.unserved_ms})
             return None
         self.unserved_aborted += 1
+        # An outside bot (registered at the gateway) is served by its connection: it left.
+        outside = bot is not None and await self.redis.hexists(self.keys.registered_bots(), bot)
         log.warning("dispatcher: nobody serves the bot to move in game %s: aborting it", gid)
         return Abort(
             command_id=f"unserved:{gid}:{seq}",
             game_id=gid,
             seat=0,
             token=admin_token(self.secret),
-            reason="no_reply",
+            reason="disconnect" if outside else "no_reply",
         )

@@ -391,6 +391,22 @@ async def test_the_dispatcher_aborts_a_game_whose_bot_nobody_serves(
     assert view["result"]["winner"] == 2 and view["result"]["fault"] == 1, view
 
 
+async def test_an_outside_bot_nobody_is_connected_as_loses_by_disconnect(
+    redis: aioredis.Redis, namespace: str
+) -> None:
+    keys = Keys(prefix=namespace)
+    await redis.hset(keys.registered_bots(), "outsider", "{}")  # as POST /api/bots leaves it
+    gid, engine, dispatcher, projector, member = await _a_watched_game(redis, keys, "outsider")
+    await _until_due(redis, keys.clocks(keys.partition(gid)), member)
+    assert await dispatcher.claim_timeouts() == 1
+    assert await engine.drain() == 1
+    await projector.drain()
+    view = await QueryClient(redis, keys).view(gid)
+    assert view is not None and view["status"] == "ended", view
+    assert view["result"]["reason"] == "disconnect", view
+    assert view["result"]["winner"] == 2 and view["result"]["fault"] == 1, view
+
+
 async def test_the_dispatcher_does_not_abort_a_game_whose_bot_is_served(
     redis: aioredis.Redis, namespace: str
 ) -> None:

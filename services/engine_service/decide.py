@@ -467,15 +467,18 @@ class Rules:
             return
         if not tokens_equal(cmd.token, self._admin):
             raise Reject("bad_token", "the admin token does not match")
-        if cmd.reason != "no_reply":
+        if cmd.reason not in ("no_reply", "disconnect"):
             self._end(out, cmd, now, 0, cmd.reason, f"{cmd.reason} by the operator")
             return
         late = rec.to_move
         if not late:
             raise Reject("not_your_turn", f"game {cmd.game_id} has nobody to move")
         name = rec.fold.seats[late - 1]["name"]
-        detail = f"nobody serves {name}, the bot to move in seat {late}"
-        self._end(out, cmd, now, 3 - late, "no_reply", detail, fault=late)
+        if cmd.reason == "disconnect":
+            detail = f"{name}, the outside bot to move in seat {late}, is not connected"
+        else:
+            detail = f"nobody serves {name}, the bot to move in seat {late}"
+        self._end(out, cmd, now, 3 - late, cmd.reason, detail, fault=late)
 
     # -- helpers -------------------------------------------------------------------------
     def turn_deadline(self, rec: GameRecord, seq: int, clock: str, arrived: int) -> tuple[int, int]:
