@@ -44,7 +44,7 @@ from services.redis_embedded import add_service_arguments
 from services.stats.sprt import MODELS
 from services.tournament.aggregate import Tournament
 from services.tournament.director import Director, cancel
-from services.tournament.results import report, standings_csv, summary, tournament_results
+from services.tournament.results import standings_csv, summary, tournament_report
 from services.tournament.store import TournamentExists, TournamentStore
 
 #: How often `run` redraws.
@@ -221,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
             t = await cancel(store, t.id)
             print(f"tournament {t.id}: {t.ended.reason if t.ended else 'running'}")
             return 0
-        rep = report(t, await tournament_results(redis, keys, t))
+        rep = await tournament_report(redis, keys, t)
         if action == "standings" and args.csv:
             sys.stdout.write(standings_csv(rep))
         elif action == "status":
@@ -286,7 +286,7 @@ async def _run(
             while True:
                 t = await store.load(tid)
                 assert t is not None
-                rep = report(t, await tournament_results(redis, keys, t))
+                rep = await tournament_report(redis, keys, t)
                 progress.update(
                     task, completed=rep["games"]["finished"], total=rep["games"]["scheduled"]
                 )

@@ -20,15 +20,15 @@ import redis.asyncio as aioredis
 
 from schemas.events import GameEnded
 from schemas.tokens import admin_token
-from schemas.tournaments import GameScheduled, TournamentSpec, new_tournament_id
+from schemas.tournaments import GameScheduled, TournamentCreated, TournamentSpec, new_tournament_id
 from services.bus.clients import QueryClient
 from services.bus.consumer import now_ms
 from services.bus.keys import Keys
 from services.bus.secret import shared_secret
 from services.projector import rebuild, verify
 from services.runtime import ServiceSet
-from services.tournament.aggregate import Tournament
-from services.tournament.results import report, tournament_results
+from services.tournament.aggregate import Tournament, decide
+from services.tournament.results import report, tournament_report, tournament_results
 from services.tournament.store import TournamentStore
 from tests.gateway import running_arena
 
@@ -173,6 +173,27 @@ async def test_a_director_killed_mid_round_resumes_without_losing_or_doubling(
     # The heir's final report agrees with the log.
     final: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     assert final["games"]["scheduled"] == len(scheduled) and final["status"] == "ended"
+
+
+async def test_the_report_tells_games_not_created_yet_from_games_being_played(
+    redis: aioredis.Redis, namespace: str
+) -> None:
+    keys = Keys(prefix=namespace)
+    spec = TournamentSpec.model_validate(
+        {"format": "round-robin", "game": "teeko", "bots": ["a", "b"], "concurrency": 1}
+    )
+    created = TournamentCreated(tournament_id="t1", seq=1, time=0, spec=spec, command_id="c")
+    t = Tournament.fold([created])
+    decide(t, {}, now=0)  # schedules both games of the encounter; the director creates none
+    first, second = list(t.games)
+    rep = await tournament_report(redis, keys, t)
+    assert [g["status"] for g in rep["schedule"]] == ["waiting", "waiting"]
+    await redis.xadd(keys.log(first), {"m": "x"})  # the director created the first game
+    rep = await tournament_report(redis, keys, t)
+    assert [(g["game_id"], g["status"]) for g in rep["schedule"]] == [
+        (first, "playing"),
+        (second, "waiting"),
+    ]
 
 
 def test_the_tournament_cli_says_what_is_wrong_in_one_line() -> None:

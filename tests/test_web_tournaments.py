@@ -188,6 +188,31 @@ async def test_a_round_robin_page_shows_the_reports_standings_crosstable_and_eve
     await page.wait_for_selector("table#standings tr[data-bot]")
 
 
+async def test_a_game_not_created_yet_shows_as_waiting_without_a_link(
+    arena: Arena, site: Site, client: TestClient, page: Page
+) -> None:
+    # Bots nobody serves and one game at a time: the first game stays playing (for the
+    # unserved watch's 5 minutes), the second waits for it.
+    spec = TournamentSpec(
+        format="round-robin", game="teeko", bots=["idle", "idle.2"], concurrency=1
+    )
+    tid = await create(arena, spec)
+
+    async def one_playing() -> dict[str, Any] | None:
+        rep = await report(client, tid)
+        return rep if [g["status"] for g in rep["schedule"]] == ["playing", "waiting"] else None
+
+    rep = await until(one_playing, timeout_s=30)
+    assert rep, "the director did not create the first game"
+    playing, waiting = (g["game_id"] for g in rep["schedule"])
+    await page.goto(f"{site.url}/tournaments/{tid}")
+    await page.wait_for_selector(f'table#schedule tr[data-game="{waiting}"][data-status="waiting"]')
+    assert await page.inner_text(f'tr[data-game="{waiting}"] .badge') == "WAITING"
+    assert not await page.query_selector(f'tr[data-game="{waiting}"] a')
+    assert await page.get_attribute(f'tr[data-game="{playing}"] a', "href") == f"/games/{playing}"
+    assert await page.inner_text(f'tr[data-game="{playing}"] .badge') == "PLAYING"
+
+
 async def test_a_match_draws_its_llr_and_bounds_and_the_leaderboard_rates_the_bots(
     arena: Arena, site: Site, client: TestClient, page: Page
 ) -> None:

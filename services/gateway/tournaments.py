@@ -27,6 +27,7 @@ from services.tournament.results import (
     report,
     standings_csv,
     summary,
+    tournament_report,
     tournament_results,
 )
 from services.tournament.store import TournamentStore
@@ -88,8 +89,9 @@ async def create_tournament(request: web.Request) -> web.Response:
 async def get_tournament(request: web.Request) -> web.Response:
     t = await _load(request)
     app = request.app
-    results = await tournament_results(app[appkeys.REDIS], app[appkeys.SETTINGS].keys, t)
-    return respond(request, report(t, results))
+    return respond(
+        request, await tournament_report(app[appkeys.REDIS], app[appkeys.SETTINGS].keys, t)
+    )
 
 
 async def standings_file(request: web.Request) -> web.Response:

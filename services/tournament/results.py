@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -70,6 +70,21 @@ async def tournament_results(redis: Client, keys: Keys, t: Tournament) -> list[G
     return sorted(out, key=lambda r: (r.ended_ms, r.game_id))
 
 
+async def started(redis: Client, keys: Keys, t: Tournament) -> set[str]:
+    """The scheduled games not recorded yet that exist (have a log): the rest still wait
+    for the director to create them."""
+    ids = [gid for gid, s in t.games.items() if s.recorded is None]
+    pipe = redis.pipeline(transaction=False)
+    for gid in ids:
+        pipe.xlen(keys.log(gid))
+    return {gid for gid, n in zip(ids, await pipe.execute(), strict=True) if n} if ids else set()
+
+
+async def tournament_report(redis: Client, keys: Keys, t: Tournament) -> dict[str, Any]:
+    """`report` of `t` with its results and started games read from Redis."""
+    return report(t, await tournament_results(redis, keys, t), await started(redis, keys, t))
+
+
 async def game_results(redis: Client, keys: Keys, game: str) -> list[GameResult]:
     """Every finished game of the rules `game` between two named players."""
     records = await _records(redis, [keys.results(p, game) for p in keys.all_partitions()])
@@ -106,8 +121,13 @@ def summary(t: Tournament) -> dict[str, Any]:
     }
 
 
-def report(t: Tournament, results: Sequence[GameResult]) -> dict[str, Any]:
-    """Everything a tournament page shows, JSON-ready."""
+def report(
+    t: Tournament, results: Sequence[GameResult], started: Collection[str] = ()
+) -> dict[str, Any]:
+    """Everything a tournament page shows, JSON-ready. Each scheduled game's `status`:
+    `ended` once it ended, `playing` once created (`started` names those not recorded yet),
+    else `waiting`."""
+    ended = {r.game_id for r in results}
     spec = t.spec
     counted = [r for r in results if r.counts]
     table = standings(counted, spec.bots, t.scored_byes())
@@ -137,6 +157,11 @@ def report(t: Tournament, results: Sequence[GameResult]) -> dict[str, Any]:
                 "round": s.scheduled.round,
                 "seats": s.scheduled.seats,
                 "replay_of": s.scheduled.replay_of,
+                "status": "ended"
+                if s.recorded is not None or s.scheduled.game_id in ended
+                else "playing"
+                if s.scheduled.game_id in started
+                else "waiting",
                 "result": None if s.recorded is None else s.recorded.winner,
                 "reason": None if s.recorded is None else s.recorded.reason,
             }

@@ -577,11 +577,16 @@ class TournamentPage {
       const [first, second] = g.seats;
       const winner = g.result === 1 ? first : g.result === 2 ? second : null;
       const result = g.result === null ? "" : String(g.result);
-      return h("tr", { "data-game": g.game_id, "data-result": result },
+      const names = [first, h("span", { class: "vs" }, " vs "), second];
+      // A game the director has not created yet has no page to link to.
+      const players = g.status === "waiting"
+        ? h("span", {}, ...names)
+        : h("a", { href: `/games/${g.game_id}`, "data-link": true, "data-game": g.game_id },
+          ...names);
+      return h("tr", { "data-game": g.game_id, "data-result": result, "data-status": g.status },
         num(g.round),
         h("th", { scope: "row" },
-          h("a", { href: `/games/${g.game_id}`, "data-link": true, "data-game": g.game_id },
-            first, h("span", { class: "vs" }, " vs "), second),
+          players,
           h("small", { class: "sub" },
             g.game_id, g.replay_of ? ` · replays ${g.replay_of}` : "")),
         h("td", { class: "result" }, this.result(g, winner)));
@@ -598,7 +603,10 @@ class TournamentPage {
   }
 
   result(g, winner) {
-    if (g.result === null) return h("span", { class: "badge playing" }, "playing");
+    if (g.result === null) {
+      // Not recorded yet: waiting to be created, playing, or just ended.
+      return h("span", { class: `badge ${g.status}` }, g.status === "ended" ? "finished" : g.status);
+    }
     const why = REASONS[g.reason] ?? g.reason ?? "";
     if (NO_RESULT.has(g.reason)) return `No result — ${why}`;
     const text = winner ? `${winner} wins` : "Draw";
