@@ -5,6 +5,9 @@ NOSCRIPT without having run. `Script.run_many` sends many calls in one pipeline,
 script again when any call answered NOSCRIPT and sends exactly those calls again, so a
 caller never sees the difference. Each call must name only keys of one hash slot (on a
 cluster the client routes it by its first key).
+
+`run_replicated` sends commands (a script's calls with `Script.run_replicated`) followed by
+a `WAIT` on the same connection, for writes that must be on replicas before they count.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.exceptions import AskError, MovedError, NoScriptError, RedisClusterException
 
-from services.bus.connection import TRANSIENT_ERRORS, Client
+from services.bus.connection import TRANSIENT_ERRORS, Client, ReplicasBehind
 
 #: One script call: its keys and its arguments.
 Call = tuple[Sequence[Any], Sequence[Any]]
@@ -68,76 +71,109 @@ class Script:
             todo = lost
         return results
 
+    async def __call__(self, client: Client, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        return (await self.run_many(client, [(keys, args)]))[0]
+
     async def run_replicated(
         self, client: Client, calls: Sequence[Call], replicas: int, timeout_ms: int
     ) -> list[tuple[Any, bool]]:
-        """Run the calls, then `WAIT replicas timeout_ms` on the connection that ran them.
-
-        Returns per call its answer (or error) and whether at least `replicas` replicas
-        acknowledged it. WAIT covers the writes of its own connection only, so each node's
-        calls and their WAIT travel on one connection: one pipeline on a single server, the
-        node's own connection on a cluster, with no redirection: a call that met MOVED or a
-        dropped connection is just not confirmed, and its caller asks again later.
-        """
-        if not isinstance(client, RedisCluster):
-            return await self._replicated(client, None, calls, replicas, timeout_ms)
-        by_node: dict[str, tuple[ClusterNode, list[int]]] = {}
-        for i, (keys, _) in enumerate(calls):
-            node = client.get_node_from_key(keys[0])
-            if node is None:
-                raise RedisClusterException(f"no node serves {keys[0]!r}")
-            by_node.setdefault(node.name, (node, []))[1].append(i)
-        groups = list(by_node.values())
-        answers = await asyncio.gather(
-            *(
-                self._replicated(client, node, [calls[i] for i in idx], replicas, timeout_ms)
-                for node, idx in groups
-            ),
-            return_exceptions=True,
-        )
-        out: list[tuple[Any, bool]] = [(None, False)] * len(calls)
-        stale = False
-        for (_, idx), answer in zip(groups, answers, strict=True):
-            if isinstance(answer, BaseException):
-                stale = True
-                answer = [(answer, False)] * len(idx)
-            for i, one in zip(idx, answer, strict=True):
+        """Run the calls, then `WAIT replicas timeout_ms` on the connection that ran them
+        (`run_replicated`): per call its answer (or error) and whether at least `replicas`
+        replicas acknowledged it. Calls that met NOSCRIPT are sent again once the script is
+        loaded (every call checks its own head and command id, so that is safe)."""
+        commands = [
+            (keys[0], ("EVALSHA", self.sha, len(keys), *keys, *args)) for keys, args in calls
+        ]
+        out = await run_replicated(client, commands, replicas, timeout_ms)
+        lost = [i for i, (answer, _) in enumerate(out) if isinstance(answer, NoScriptError)]
+        if lost:
+            # Loaded on the same connection as the calls, ahead of them (after a failover a
+            # cluster-wide SCRIPT LOAD may not know the new master yet).
+            load = ("SCRIPT", "LOAD", self.lua)
+            again = await run_replicated(
+                client,
+                [c for i in lost for c in ((commands[i][0], load), commands[i])],
+                replicas,
+                timeout_ms,
+            )
+            for i, one in zip(lost, again[1::2], strict=True):
                 out[i] = one
-                stale = stale or isinstance(one[0], MovedError | AskError)
-        if stale:  # the slots moved (a failover): learn where they went before the next call
-            with contextlib.suppress(*TRANSIENT_ERRORS, RedisClusterException):
-                await client.nodes_manager.initialize()
         return out
 
-    async def _replicated(
-        self,
-        client: Client,
-        node: ClusterNode | None,
-        calls: Sequence[Call],
-        replicas: int,
-        timeout_ms: int,
-        load: bool = False,
-    ) -> list[tuple[Any, bool]]:
-        words: list[tuple[Any, ...]] = [("SCRIPT", "LOAD", self.lua)] if load else []
-        words += [("EVALSHA", self.sha, len(keys), *keys, *args) for keys, args in calls]
-        words.append(("WAIT", replicas, timeout_ms))
-        if node is None:
-            pipe = client.pipeline(transaction=False)
-            for command in words:
-                pipe.execute_command(*command)
-            answers = await pipe.execute(raise_on_error=False)
-        else:
-            commands = [PipelineCommand(i, *command) for i, command in enumerate(words)]
-            await node.execute_pipeline(commands)
-            answers = [command.result for command in commands]
-        answers = answers[1:] if load else answers
-        if not load and any(isinstance(a, NoScriptError) for a in answers[:-1]):
-            # Nothing after the first NOSCRIPT is lost: every call checks its own head and
-            # command id, so sending them all again with the script is safe.
-            return await self._replicated(client, node, calls, replicas, timeout_ms, load=True)
-        acked = answers[-1]
-        ok = not isinstance(acked, BaseException) and int(acked) >= replicas
-        return [(a, ok and not isinstance(a, BaseException)) for a in answers[:-1]]
 
-    async def __call__(self, client: Client, keys: Sequence[Any], args: Sequence[Any]) -> Any:
-        return (await self.run_many(client, [(keys, args)]))[0]
+#: One command for `run_replicated`: the key that routes it, and its words.
+Command = tuple[Any, tuple[Any, ...]]
+
+
+async def run_replicated(
+    client: Client, commands: Sequence[Command], replicas: int, timeout_ms: int
+) -> list[tuple[Any, bool]]:
+    """Send the commands, then `WAIT replicas timeout_ms` on the connection that sent them.
+
+    Returns per command its answer (or error) and whether at least `replicas` replicas
+    acknowledged it. WAIT covers the writes of its own connection only, so each node's
+    commands and their WAIT travel on one connection: one pipeline on a single server, the
+    node's own connection on a cluster, with no redirection: a command that met MOVED or a
+    dropped connection is just not confirmed, and its caller asks again later.
+    """
+    if not isinstance(client, RedisCluster):
+        return await _replicated(client, None, commands, replicas, timeout_ms)
+    by_node: dict[str, tuple[ClusterNode, list[int]]] = {}
+    for i, (key, _) in enumerate(commands):
+        node = client.get_node_from_key(key)
+        if node is None:
+            raise RedisClusterException(f"no node serves {key!r}")
+        by_node.setdefault(node.name, (node, []))[1].append(i)
+    groups = list(by_node.values())
+    answers = await asyncio.gather(
+        *(
+            _replicated(client, node, [commands[i] for i in idx], replicas, timeout_ms)
+            for node, idx in groups
+        ),
+        return_exceptions=True,
+    )
+    out: list[tuple[Any, bool]] = [(None, False)] * len(commands)
+    stale = False
+    for (_, idx), answer in zip(groups, answers, strict=True):
+        if isinstance(answer, BaseException):
+            stale = True
+            answer = [(answer, False)] * len(idx)
+        for i, one in zip(idx, answer, strict=True):
+            out[i] = one
+            stale = stale or isinstance(one[0], MovedError | AskError)
+    if stale:  # the slots moved (a failover): learn where they went before the next call
+        with contextlib.suppress(*TRANSIENT_ERRORS, RedisClusterException):
+            await client.nodes_manager.initialize()
+    return out
+
+
+def confirmed(answers: Sequence[tuple[Any, bool]], short: str) -> None:
+    """Check `run_replicated`'s answers: raise the first error that is not a moment of a
+    failover, then `ReplicasBehind(short)` if any write lacks its replicas."""
+    for answer, _ in answers:
+        if isinstance(answer, Exception) and not isinstance(answer, TRANSIENT_ERRORS):
+            raise answer
+    if not all(ok for _, ok in answers):
+        raise ReplicasBehind(short)
+
+
+async def _replicated(
+    client: Client,
+    node: ClusterNode | None,
+    commands: Sequence[Command],
+    replicas: int,
+    timeout_ms: int,
+) -> list[tuple[Any, bool]]:
+    words = [*(command for _, command in commands), ("WAIT", replicas, timeout_ms)]
+    if node is None:
+        pipe = client.pipeline(transaction=False)
+        for command in words:
+            pipe.execute_command(*command)
+        answers = await pipe.execute(raise_on_error=False)
+    else:
+        sent = [PipelineCommand(i, *command) for i, command in enumerate(words)]
+        await node.execute_pipeline(sent)
+        answers = [command.result for command in sent]
+    acked = answers[-1]
+    ok = not isinstance(acked, BaseException) and int(acked) >= replicas
+    return [(a, ok and not isinstance(a, BaseException)) for a in answers[:-1]]
