@@ -11,6 +11,10 @@ the engine's first reply and changes nothing. Workers ask for no reply; the log 
 The bot thinks in a thread, so that the worker's heartbeat goes on while it does: a worker
 that stops beating (killed) has its turns taken over by another worker within seconds.
 Handled turns are trimmed from the inbox.
+
+With `replicas` (`--ack-replicas`, as the engine's), a batch of turns is acknowledged only
+once that many replicas hold the moves sent for it; otherwise the turns are answered again
+(under the same command ids), so a master failover cannot lose a move and stall its game.
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ class BotWorker(StreamConsumer):
         claim_idle_ms: int = 30_000,
         clock: Callable[[], int] = now_ms,
         cache_size: int = 10_000,
+        replicas: int = 0,
+        replica_timeout_ms: int = 1000,
     ) -> None:
         self.bot = load_bot(bot) if isinstance(bot, str) else bot
         keys = keys or Keys()
@@ -68,6 +74,8 @@ class BotWorker(StreamConsumer):
         )
         self.commands = CommandClient(redis, keys)
         self.clock = clock
+        self.replicas = replicas
+        self.replica_timeout_ms = replica_timeout_ms
         self.moves_sent = 0
         self.stale = 0
         self.failed = 0
@@ -110,7 +118,9 @@ class BotWorker(StreamConsumer):
                     share = start + (req.deadline - start) * (i + 1) // len(current)
                 command = self._answer(req, share)
                 if command is not None:
-                    coro = self.commands.send([command])
+                    coro = self.commands.send(
+                        [command], replicas=self.replicas, timeout_ms=self.replica_timeout_ms
+                    )
                     sent.append(asyncio.run_coroutine_threadsafe(coro, loop))
 
         await asyncio.to_thread(think)

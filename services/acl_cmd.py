@@ -224,7 +224,8 @@ def user_rules(user: str, password_hash: str, prefix: str) -> str:
     if user == "operator":
         return f"{head} ~{prefix}:* {OPERATOR_RULES}"
     connection = " ".join(f"+{c}" for c in CONNECTION)
-    extra = " +wait" if user == "engine" else ""  # a commit waits for replicas (--ack-replicas)
+    # What they acknowledge waits for replicas (--ack-replicas).
+    extra = " +wait" if user in ("engine", "projector", "dispatcher", "bots") else ""
     selectors = " ".join(g.selector() for g in grants(prefix)[user])
     return f"{head} -@all {connection}{extra} {selectors}"
 

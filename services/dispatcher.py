@@ -19,10 +19,16 @@ comes due and no worker of that bot has a fresh heartbeat, the game ends as the 
 operator's `Abort` with the admin token), else the watch is set again.
 
 What it needs of a game (options, seats, moves) is the shared fold (`GameFold`, without
-the engine position) of the feed, cached; on a miss or a gap the game is folded from its
-log. A redelivered entry can send a turn request twice;
-workers drop the copy (the log has moved on, or the command id repeats and the engine answers
-with its first reply), so dispatch is at least once and its effect exactly once.
+the engine position) of the feed, cached; on a miss, a gap or a break in the hash chain (a
+master failover replaced an event the cache holds) the game is folded from its log. A
+redelivered entry can send a turn request twice; workers drop the copy (the log has moved
+on, or the command id repeats and the engine answers with its first reply), so dispatch is
+at least once and its effect exactly once.
+
+With `replicas` (`--ack-replicas`, as the engine's), a batch is acknowledged only once that
+many replicas hold its turn requests and clocks (`bus.scripts.run_replicated`); otherwise
+it is read again and its turns sent again, so a master failover cannot lose a turn and
+leave its game waiting for a bot that never heard of it.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from schemas.codec import FIELD, DecodeError, encode, unpack, unpack_event
+from schemas.codec import FIELD, DecodeError, encode, event_hash, unpack, unpack_event
 from schemas.commands import Abort, ClaimTimeout
 from schemas.events import EventMap
 from schemas.tokens import admin_token, bot_token, clock_stamp
@@ -47,7 +53,7 @@ from services.bus.consumer import (
     now_ms,
 )
 from services.bus.keys import DISPATCHER_GROUP, Keys
-from services.bus.scripts import Script
+from services.bus.scripts import Command, Script, confirmed, run_replicated
 from services.bus.secret import shared_secret
 from services.projector.fold import GameFold
 from services.projector.live import FEED_GROUPS
@@ -102,6 +108,8 @@ class Dispatcher(StreamConsumer):
         clock: Callable[[], int] = now_ms,
         cache_size: int = 20_000,
         unserved_ms: int = UNSERVED_MS,
+        replicas: int = 0,
+        replica_timeout_ms: int = 1000,
     ) -> None:
         keys = keys or Keys()
         self.join(
@@ -120,11 +128,15 @@ class Dispatcher(StreamConsumer):
         self.clock_every_s = clock_every_s
         self.clock = clock
         self.unserved_ms = unserved_ms
+        self.replicas = replicas
+        self.replica_timeout_ms = replica_timeout_ms
         self.turns_sent = 0
         self.timeouts_claimed = 0
         self.unserved_aborted = 0
         self.query = QueryClient(redis, self.keys)
         self._cache: LRU[str, GameFold] = LRU(cache_size)
+        #: per cached game, the hash of its head event's bytes (the next one's prev_hash)
+        self._heads: LRU[str, str] = LRU(cache_size)
         #: per game, the seq whose turn was dispatched and whose clock was set
         self._dispatched: LRU[str, int] = LRU(cache_size)
         self._next_sweep = 0.0
@@ -143,7 +155,10 @@ class Dispatcher(StreamConsumer):
             self.secret = await shared_secret(self.redis, self.keys)
 
     def forget(self) -> None:
+        # A failed batch may have marked turns dispatched that never reached Redis.
         self._cache.clear()
+        self._heads.clear()
+        self._dispatched.clear()
 
     async def tick(self) -> None:
         if time.monotonic() >= self._next_sweep:
@@ -155,47 +170,75 @@ class Dispatcher(StreamConsumer):
         await self.claim_timeouts()
 
     async def process(self, entries: Sequence[Entry]) -> None:
-        by_game: dict[str, list[EventMap]] = {}
+        by_game: dict[str, list[tuple[EventMap, bytes]]] = {}
         for entry in entries:
             try:
                 if entry.data is None:
                     raise DecodeError("malformed", f"no field {FIELD!r}")
                 ev: Any = unpack(entry.data)
-                by_game.setdefault(ev["game_id"], []).append(ev)
+                by_game.setdefault(ev["game_id"], []).append((ev, entry.data))
             except (DecodeError, KeyError, TypeError) as exc:
                 await self.set_aside(entry, repr(exc))
         games = await self._advance(by_game)
-        pipe = self.redis.pipeline(transaction=False)
-        for g in games:
-            self._queue_turn(pipe, g)
-        await pipe.execute()
+        await self._send([w for g in games for w in self._turn_writes(g)])
         await self.reader.ack(entries)
 
-    async def _advance(self, by_game: dict[str, list[EventMap]]) -> list[GameFold]:
+    async def _send(self, writes: list[Command]) -> None:
+        """The turn requests and clock changes; with `replicas`, confirmed by that many."""
+        if not self.replicas:
+            pipe = self.redis.pipeline(transaction=False)
+            for _, words in writes:
+                pipe.execute_command(*words)
+            await pipe.execute()
+            return
+        answers = await run_replicated(self.redis, writes, self.replicas, self.replica_timeout_ms)
+        confirmed(answers, f"turn requests and clocks lack {self.replicas} replicas")
+
+    async def _advance(self, by_game: dict[str, list[tuple[EventMap, bytes]]]) -> list[GameFold]:
         """Bring each touched game up to its newest event, from the feed or from its log."""
         out: list[GameFold] = []
         refold: list[str] = []
         for gid, events in by_game.items():
-            g = self._cache.get(gid)
-            fresh = {ev["seq"]: ev for ev in events if g is None or ev["seq"] > g.seq}
+            g, head = self._cache.get(gid), self._heads.get(gid)
+            if g is not None and not self._continues(g, head, events):
+                # The chain broke: a failover replaced events this cache holds. The log
+                # decides, and the turn it ends with is sent again.
+                self._cache.pop(gid)
+                self._dispatched.pop(gid)
+                refold.append(gid)
+                continue
+            fresh = {ev["seq"]: (ev, data) for ev, data in events if g is None or ev["seq"] > g.seq}
             if not fresh:
                 continue
             seqs = sorted(fresh)
             if g is None and seqs[0] == 1:
-                g = GameFold.start(fresh[1], replay=False, keep_moves=True)
+                g = GameFold.start(fresh[1][0], replay=False, keep_moves=True)
                 seqs = seqs[1:]
             if g is None or seqs != list(range(g.seq + 1, g.seq + 1 + len(seqs))):
                 refold.append(gid)  # a miss or a gap: this consumer has not seen it all
                 continue
-            g.extend(fresh[s] for s in seqs)
+            g.extend(fresh[s][0] for s in seqs)
+            self._heads.put(gid, event_hash(fresh[max(fresh)][1]))
             out.append(g)
         out.extend(await self._refold(refold))
         for g in out:
             if g.status == "ended":
                 self._cache.pop(g.game_id)
+                self._heads.pop(g.game_id)
             else:
                 self._cache.put(g.game_id, g)
         return out
+
+    @staticmethod
+    def _continues(g: GameFold, head: str | None, events: list[tuple[EventMap, bytes]]) -> bool:
+        """Whether the feed's events agree with the cached fold: the one of its head's seq
+        is the very event it holds, and the next one links to it."""
+        for ev, data in events:
+            if ev["seq"] == g.seq and event_hash(data) != head:
+                return False
+            if ev["seq"] == g.seq + 1 and ev.get("prev_hash") != head:
+                return False
+        return True
 
     async def _refold(self, game_ids: Sequence[str]) -> list[GameFold]:
         """These games folded again from their logs, in one trip.
@@ -211,38 +254,43 @@ class Dispatcher(StreamConsumer):
         out: list[GameFold] = []
         for gid, rows in zip(game_ids, await pipe.execute(), strict=True):
             try:
-                events: list[Any] = [unpack_event(e.data) for e in log_entries(rows)]
+                entries = log_entries(rows)
+                events: list[Any] = [unpack_event(e.data) for e in entries]
                 g = GameFold.start(events[0], replay=False, keep_moves=True)
                 g.extend(events[1:])
             except Exception:
                 log.exception("dispatcher: the log of game %s does not fold", gid)
                 continue
+            self._heads.put(gid, event_hash(entries[-1].data))
             out.append(g)
         return out
 
-    def _queue_turn(self, pipe: Any, g: GameFold) -> None:
+    def _turn_writes(self, g: GameFold) -> list[Command]:
         """The game's head decides: a turn request and a clock, or clearing the clock."""
+        out: list[Command] = []
         clocks = self.keys.clocks(self.keys.partition(g.game_id))
         dispatched = self._dispatched.get(g.game_id) or 0
         if dispatched and dispatched != g.seq:
-            pipe.zrem(clocks, f"{g.game_id}|{dispatched}", f"{g.game_id}|{dispatched}|watch")
+            old = f"{g.game_id}|{dispatched}"
+            out.append((clocks, ("ZREM", clocks, old, f"{old}|watch")))
         if "imported_from" in g.created:
-            return  # appended whole and finished: a batch seeing it half-read is no turn
+            return out  # appended whole and finished: a batch seeing it half-read is no turn
         if g.status != "playing" or not g.to_move or dispatched == g.seq:
             if g.status == "ended":
                 self._dispatched.pop(g.game_id)
-            return
+            return out
         self._dispatched.put(g.game_id, g.seq)
         seat = g.seats[g.to_move - 1]
         deadline = g.deadline
         if deadline and seat["kind"] == "bot":
             deadline = max(deadline, self.clock() + deadline - g.updated)
         if deadline:
-            pipe.zadd(clocks, {f"{g.game_id}|{g.seq}": deadline})
+            out.append((clocks, ("ZADD", clocks, deadline, f"{g.game_id}|{g.seq}")))
         elif seat["kind"] == "bot":
-            pipe.zadd(clocks, {f"{g.game_id}|{g.seq}|watch": g.updated + self.unserved_ms})
+            watch = g.updated + self.unserved_ms
+            out.append((clocks, ("ZADD", clocks, watch, f"{g.game_id}|{g.seq}|watch")))
         if seat["kind"] != "bot":
-            return
+            return out
         created = g.created
         request = TurnRequest(
             game_id=g.game_id,
@@ -258,13 +306,12 @@ class Dispatcher(StreamConsumer):
             clock=clock_stamp(self.secret, g.game_id, g.seq, deadline) if deadline else "",
             seed=created["seed"],
         )
-        pipe.xadd(
-            self.keys.bot_turns(seat["name"]),
-            {FIELD: encode(request)},
-            maxlen=INBOX_MAXLEN,
-            approximate=True,
+        inbox = self.keys.bot_turns(seat["name"])
+        out.append(
+            (inbox, ("XADD", inbox, "MAXLEN", "~", INBOX_MAXLEN, "*", FIELD, encode(request)))
         )
         self.turns_sent += 1
+        return out
 
     async def claim_timeouts(self, now: int | None = None) -> int:
         """Send a `ClaimTimeout` for every deadline passed (by the grace) in any partition,

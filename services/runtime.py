@@ -109,9 +109,11 @@ class ServiceSet:
         self.projector = Projector(
             redis, keys, block_ms=block_ms, claim_idle_ms=idle, replicas=ack_replicas
         )
-        self.dispatcher = Dispatcher(redis, keys, block_ms=block_ms, claim_idle_ms=idle)
+        self.dispatcher = Dispatcher(
+            redis, keys, block_ms=block_ms, claim_idle_ms=idle, replicas=ack_replicas
+        )
         self.workers = [
-            BotWorker(redis, b, keys, block_ms=block_ms, claim_idle_ms=idle)
+            BotWorker(redis, b, keys, block_ms=block_ms, claim_idle_ms=idle, replicas=ack_replicas)
             for b in sorted(set(bots))
         ]
         self.director = Director(redis, keys) if director else None
@@ -795,8 +797,13 @@ class _Service:
                 default=24.0,
                 help="how long a command id is remembered (its reply repeated) (default: 24)",
             )
-        if self.kind in ("engine", "projector"):
-            done = "a command done" if self.kind == "engine" else "a feed entry projected"
+        done = {
+            "engine": "a command done",
+            "projector": "a feed entry projected",
+            "dispatcher": "a turn sent",
+            "bots": "a turn answered",
+        }.get(self.kind)
+        if done:
             parser.add_argument(
                 "--ack-replicas",
                 type=non_negative_int,
@@ -841,9 +848,25 @@ class _Service:
                 )
             ]
         if self.kind == "dispatcher":
-            return [Dispatcher(redis, keys)]
+            return [
+                Dispatcher(
+                    redis,
+                    keys,
+                    replicas=args.ack_replicas,
+                    replica_timeout_ms=args.ack_timeout_ms,
+                )
+            ]
         try:
-            return [BotWorker(redis, bot, keys) for bot in args.bot or bot_names()]
+            return [
+                BotWorker(
+                    redis,
+                    bot,
+                    keys,
+                    replicas=args.ack_replicas,
+                    replica_timeout_ms=args.ack_timeout_ms,
+                )
+                for bot in args.bot or bot_names()
+            ]
         except ValueError as exc:
             raise UsageError(str(exc)) from None
 

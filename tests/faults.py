@@ -163,9 +163,38 @@ async def drive(
                 state, seq = await resync(redis, keys, gid)
 
 
+async def bot_games(
+    client: CommandClient, stop_at: float, tally: Tally, created: list[str], every_s: float = 0.25
+) -> None:
+    """Create games of the random bot against itself until `stop_at`, one every `every_s`:
+    the dispatcher and the workers play them; `created` gets each acknowledged id."""
+    n = 0
+    while time.monotonic() < stop_at:
+        gid, n = f"bots{n}x{random.randrange(10**9)}", n + 1
+        seats = [SeatSpec(kind="bot", name="random")] * 2
+        create = CreateGame(command_id=new_command_id(), game_id=gid, game="teeko", seats=seats)
+        reply = await ask(client, create, stop_at, tally)
+        assert isinstance(reply, Accepted), reply
+        tally.acked.append(Acked(gid, 1, reply.seq, "game_created"))
+        created.append(gid)
+        await asyncio.sleep(every_s)
+
+
+async def unfinished(redis: Client, keys: Keys, game_ids: Sequence[str], within_s: float) -> int:
+    """How many of the games have not ended (by their views) within `within_s`."""
+    query, ids = QueryClient(redis, keys), list(game_ids)
+    deadline = time.monotonic() + within_s
+    while True:
+        views = await query.views(ids)
+        ids = [gid for gid, v in zip(ids, views, strict=True) if not v or v["status"] != "ended"]
+        if not ids or time.monotonic() > deadline:
+            return len(ids)
+        await asyncio.sleep(0.2)
+
+
 async def lost_and_doubled(redis: Client, keys: Keys, tally: Tally) -> tuple[int, int]:
     """Acknowledged commands whose event is not in its log where the reply said it was,
-    and events beyond what was sent (a command applied twice)."""
+    and events beyond what was sent or a bot's move applied twice (a command applied twice)."""
     query = QueryClient(redis, keys)
     logs = {}
     for gid in {a.game_id for a in tally.acked}:
@@ -182,7 +211,11 @@ async def lost_and_doubled(redis: Client, keys: Keys, tally: Tally) -> tuple[int
         kinds = [ev["type"] for ev in events]
         doubled += max(0, kinds.count("game_created") - 1)
         doubled += max(0, kinds.count("player_seated") - 2)
-        doubled += max(0, kinds.count("move_played") - tally.sent.get(gid, 0))
+        if gid in tally.sent:  # a driver's game: no more moves than it sent
+            doubled += max(0, kinds.count("move_played") - tally.sent[gid])
+        else:  # the bots': no move command applied twice
+            ids = [ev["command_id"] for ev in events if ev["type"] == "move_played"]
+            doubled += len(ids) - len(set(ids))
     return lost, doubled
 
 

@@ -25,6 +25,7 @@ from schemas.codec import FIELD, FIELD_BYTES, decode_command, decode_turn, encod
 from schemas.commands import ClaimTimeout, CreateGame, PlayMove, SeatPlayer, SeatSpec
 from schemas.tokens import bot_token
 from schemas.turns import TurnRequest
+from services.bus.connection import ReplicasBehind
 from services.bus.keys import DISPATCHER_GROUP, WORKERS_GROUP, Keys
 from services.bus.secret import shared_secret
 from services.dispatcher import TIMEOUT_GRACE_MS, Dispatcher
@@ -344,3 +345,90 @@ async def test_a_worker_outlives_its_inbox(redis: aioredis.Redis) -> None:
         stop.set()
         await task
     assert worker.moves_sent == 1
+
+
+# -- the dispatcher through failed writes and failovers -----------------------------------------
+async def turns(redis: aioredis.Redis) -> list[TurnRequest]:
+    return [decode_turn(f[FIELD_BYTES]) for _, f in await redis.xrange(KEYS.bot_turns("random"))]
+
+
+async def test_an_event_that_replaced_the_cached_one_is_folded_from_the_log(
+    redis: aioredis.Redis,
+) -> None:
+    # A failover: the head event the dispatcher read is lost with its master, and the new
+    # master's log holds another event of that seq (the same command, at another time).
+    await start_game(redis, EngineService(redis, KEYS))
+    dispatcher = Dispatcher(redis, KEYS)
+    await dispatcher.drain()
+    [sent] = await turns(redis)
+    rows = await redis.xrange(KEYS.log("g1"))
+    head = unpack(rows[-1][1][FIELD_BYTES])
+    other = msgpack.packb(head | {"time": head["time"] + 1}, use_bin_type=True)
+    await redis.delete(KEYS.log("g1"))
+    for entry_id, fields in rows[:-1]:
+        await redis.xadd(KEYS.log("g1"), fields, id=entry_id)
+    await redis.xadd(KEYS.log("g1"), {FIELD: other}, id=rows[-1][0])
+    await redis.xadd(KEYS.feed(KEYS.partition("g1")), {FIELD: other})
+    await dispatcher.drain()
+    again = (await turns(redis))[1:]
+    assert [(t.game_id, t.seq) for t in again] == [(sent.game_id, sent.seq)], again
+
+
+async def test_with_replicas_a_batch_is_acknowledged_once_a_replica_holds_its_turns(
+    redis_server_factory: Any,
+) -> None:
+    primary, secondary = redis_server_factory(), redis_server_factory()
+    redis = aioredis.from_url(primary.url)
+    replica = aioredis.from_url(secondary.url)
+    try:
+        await start_game(redis, EngineService(redis, KEYS))
+        feed = KEYS.feed(KEYS.partition("g1"))
+        dispatcher = Dispatcher(redis, KEYS, replicas=1, replica_timeout_ms=100)
+        with pytest.raises(ReplicasBehind):  # the server has no replica to confirm them
+            await dispatcher.drain()
+        assert (await redis.xpending(feed, DISPATCHER_GROUP))["pending"] == await redis.xlen(feed)
+        await replica.replicaof("127.0.0.1", primary.port)
+        while (await replica.info("replication"))["master_link_status"] != "up":
+            await asyncio.sleep(0.05)
+        dispatcher.reader.recover()  # as the loop does after a failed batch
+        dispatcher.forget()
+        await dispatcher.drain()
+        assert (await redis.xpending(feed, DISPATCHER_GROUP))["pending"] == 0
+        # The turn again: the failed batch's (on the server, unconfirmed) is not trusted.
+        assert await replica.xlen(KEYS.bot_turns("random")) == 2
+    finally:
+        await redis.aclose()
+        await replica.aclose()
+
+
+async def test_with_replicas_a_worker_acknowledges_a_turn_once_a_replica_holds_its_move(
+    redis_server_factory: Any,
+) -> None:
+    primary, secondary = redis_server_factory(), redis_server_factory()
+    redis = aioredis.from_url(primary.url)
+    replica = aioredis.from_url(secondary.url)
+    try:
+        await start_game(redis, EngineService(redis, KEYS))
+        inbox = KEYS.bot_turns("random")
+        await redis.xadd(
+            inbox, {FIELD: encode(request("g1", await redis.xlen(KEYS.log("g1")), []))}
+        )
+        worker = BotWorker(redis, "random", KEYS, replicas=1, replica_timeout_ms=100)
+        with pytest.raises(ReplicasBehind):  # the server has no replica to confirm the move
+            await worker.drain()
+        assert (await redis.xpending(inbox, WORKERS_GROUP))["pending"] == 1
+        await replica.replicaof("127.0.0.1", primary.port)
+        while (await replica.info("replication"))["master_link_status"] != "up":
+            await asyncio.sleep(0.05)
+        worker.reader.recover()  # as the loop does after a failed batch
+        worker.forget()
+        await worker.drain()
+        assert (await redis.xpending(inbox, WORKERS_GROUP))["pending"] == 0
+        # Answered again under the same command id: the engine takes the first only.
+        rows = await replica.xrange(KEYS.commands_for("g1"))
+        moves = [decode_command(f[FIELD_BYTES]) for _, f in rows]
+        ids = [c.command_id for c in moves if isinstance(c, PlayMove)]
+        assert len(ids) == 2 and len(set(ids)) == 1, ids
+    finally:
+        await redis.aclose()
+        await replica.aclose()

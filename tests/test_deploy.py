@@ -153,10 +153,10 @@ def test_the_cluster_variant_has_six_nodes_a_create_job_and_the_same_services() 
         assert "./redis-cluster.conf:/etc/redis/redis-cluster.conf:ro" in node["volumes"]
     assert nodes["redis-1"]["networks"]["default"]["aliases"] == ["redis"]
     # The services are those of compose.yaml, started once the cluster is formed; engines
-    # there reply, and projectors acknowledge, only once a replica holds what they wrote
-    # (deploy/README.md, Promises).
+    # there reply, and projectors, dispatchers and bot workers acknowledge, only once a
+    # replica holds what they wrote (deploy/README.md, Promises).
     single = agon_services(compose("compose.yaml"))
-    for svc in ("engine", "projector"):
+    for svc in ("engine", "projector", "dispatcher", "bots"):
         single[svc]["command"] = [*single[svc]["command"], "--ack-replicas", "1"]
     for svc, spec in agon_services(doc).items():
         if svc != "operator":

@@ -1,12 +1,15 @@
 """Master failovers during play on a real Redis Cluster of three masters with a replica each.
 
 Drivers play Teeko as people do (create, take both seats, move, each step a command awaited
-for its reply), and write down every event the engine acknowledged. Meanwhile every master
+for its reply), and write down every event the engine acknowledged; beside them, games of
+the random bot against itself are started all the time, and each must end (a bot's turn or
+its move lost with a master would leave its game waiting for ever). Meanwhile every master
 in turn dies with SIGKILL half a second after its replica lost its link (the replica is
 stopped with SIGSTOP, the master drops the link, SIGCONT once the master is dead); the
 replica takes over with what it had, and the killed node comes back as a replica. With the
 engine waiting for a replica (`WAIT 1`) before it replies, no acknowledged event may be
-missing from the logs afterwards; without it, what was lost is counted and printed (Redis
+missing from the logs afterwards, and every bot game ends (the dispatcher and the workers
+wait for a replica too); without it, what was lost is counted and printed (Redis
 replicates asynchronously: a master that dies takes the writes no replica has with it).
 The services and the drivers are never restarted: their clients follow the slots to the
 new masters by themselves.
@@ -25,7 +28,16 @@ from services.bus.keys import Keys
 from services.projector import verify
 from services.runtime import ServiceSet
 from tests.cluster import RedisClusterProcesses
-from tests.faults import FaultLine, Tally, drive, lost_and_doubled, record, settle
+from tests.faults import (
+    FaultLine,
+    Tally,
+    bot_games,
+    drive,
+    lost_and_doubled,
+    record,
+    settle,
+    unfinished,
+)
 
 GAMES = 8
 #: Play between failovers (s): enough for every driver to get moves acknowledged.
@@ -43,17 +55,24 @@ async def failover_run(ack_replicas: int) -> tuple[FaultLine, Tally]:
         assert isinstance(redis, RedisCluster)
         keys = Keys(prefix="fo")
         services = ServiceSet(
-            redis, keys, bots=[], director=False, claim_idle_ms=2000, ack_replicas=ack_replicas
+            redis,
+            keys,
+            bots=["random"],
+            director=False,
+            claim_idle_ms=2000,
+            ack_replicas=ack_replicas,
         )
         tally = Tally()
         await services.start()
         try:
             async with CommandClient(redis, keys, timeout_s=1.0) as client:
                 stop_at = time.monotonic() + 3600  # until the failovers are done
+                bots: list[str] = []
                 drivers = [
                     asyncio.create_task(drive(redis, keys, client, n, stop_at, tally))
                     for n in range(GAMES)
                 ]
+                drivers.append(asyncio.create_task(bot_games(client, stop_at, tally, bots)))
                 failovers = 0
                 for _ in range(3):
                     await asyncio.sleep(PLAY_S)
@@ -79,6 +98,8 @@ async def failover_run(ack_replicas: int) -> tuple[FaultLine, Tally]:
                 for task in drivers:
                     task.cancel()
                 await asyncio.gather(*drivers, return_exceptions=True)
+                # Without WAIT some never end: counting them needs no long wait.
+                stalled = await unfinished(redis, keys, bots, RECOVER_S if ack_replicas else 5.0)
                 assert services.failed() is None, services.failed()
             await settle(redis, keys, {a.game_id for a in tally.acked})
             lost, doubled = await lost_and_doubled(redis, keys, tally)
@@ -90,10 +111,11 @@ async def failover_run(ack_replicas: int) -> tuple[FaultLine, Tally]:
                 acked=len(tally.acked),
                 lost=lost,
                 doubled=doubled,
+                wedged=stalled,
                 problems=len(problems),
                 promise=ack_replicas > 0,
                 note=f"resumed in {tally.recovery_s:.1f} s, {tally.unanswered} commands "
-                f"re-sent, {tally.resyncs} drivers re-read a log"
+                f"re-sent, {tally.resyncs} drivers re-read a log, {len(bots)} bot games"
                 + "".join(f"\n  {p}" for p in problems[:5]),
             )
             record(line)

@@ -32,6 +32,7 @@ from schemas.replies import Reply
 from services.bus.connection import TRANSIENT_ERRORS, Client
 from services.bus.consumer import as_text, now_ms
 from services.bus.keys import WORKERS_GROUP, Keys
+from services.bus.scripts import confirmed, run_replicated
 
 log = logging.getLogger("agon.bus")
 
@@ -108,9 +109,22 @@ class CommandClient:
     def _queue(self, pipe: Any, command: Command) -> None:
         pipe.xadd(self.keys.commands_for(command.game_id), {FIELD: encode(command)})
 
-    async def send(self, commands: Sequence[Command]) -> None:
-        """Send without waiting for replies (the sender reads the log instead)."""
+    async def send(
+        self, commands: Sequence[Command], *, replicas: int = 0, timeout_ms: int = 1000
+    ) -> None:
+        """Send without waiting for replies (the sender reads the log instead). With
+        `replicas`, return only once that many replicas hold the commands, else raise
+        `ReplicasBehind` (what was sent may be lost in a failover: send it again)."""
         if not commands:
+            return
+        if replicas:
+            words = [
+                (stream, ("XADD", stream, "*", FIELD, encode(c)))
+                for c in commands
+                for stream in [self.keys.commands_for(c.game_id)]
+            ]
+            answers = await run_replicated(self.redis, words, replicas, timeout_ms)
+            confirmed(answers, f"commands sent lack {replicas} replicas")
             return
         if len(commands) == 1:  # a person's move
             command = commands[0]
