@@ -197,6 +197,7 @@ class GroupReader:
         #: claimed entries delivered `max_deliveries` times: the loop sets them aside
         self.poison: list[Entry] = []
         self._next_claim = 0.0
+        self._claiming: asyncio.Task[list[Entry]] | None = None
         self._ready = False
         self._recovering = False
         self._lanes: list[asyncio.Task[None]] = []
@@ -212,8 +213,10 @@ class GroupReader:
     async def read(self, block_ms: int | None = None, *, reclaim: bool = False) -> list[Entry]:
         """The next batch: own and claimed entries first, then new ones.
 
-        Waits up to `block_ms` for new entries (None: not at all). Claiming runs every
-        `claim_every_s`, or now when `reclaim` is set (drain mode).
+        Waits up to `block_ms` for new entries (None: not at all), and no longer than the
+        claim period while waiting: claiming runs beside the reads every `claim_every_s`
+        (a claim pass costs round trips that no read should wait for), its entries handed
+        over by the next read; when `reclaim` is set (drain mode) it runs now, first.
         """
         try:
             return await self._read(block_ms, reclaim)
@@ -232,15 +235,30 @@ class GroupReader:
             if own:
                 return own
             self._recovering = False
-        now = time.monotonic()
-        if reclaim or now >= self._next_claim:
-            self._next_claim = now + self.claim_every_s
+        if reclaim:
+            self._next_claim = time.monotonic() + self.claim_every_s
             claimed = await self.reclaim()
-            if claimed:
-                return claimed
+        else:
+            claimed = self._claimed_beside()
+        if claimed:
+            return claimed
         if block_ms is None:
             return await self._poll()
-        return await self._wait(block_ms)
+        return await self._wait(min(block_ms, max(1, int(self.claim_every_s * 1000))))
+
+    def _claimed_beside(self) -> list[Entry]:
+        """What the last claim pass beside the reads took, and the next pass when due."""
+        task, out = self._claiming, []
+        if task is not None and task.done():
+            self._claiming = None
+            if not task.cancelled() and task.exception() is None:
+                out = task.result()
+            elif not task.cancelled():  # Redis away: the next pass tries again
+                log.debug("%s: a claim pass failed: %s", self.consumer, task.exception())
+        if self._claiming is None and time.monotonic() >= self._next_claim:
+            self._next_claim = time.monotonic() + self.claim_every_s
+            self._claiming = asyncio.create_task(self.reclaim())
+        return out
 
     async def _poll(self) -> list[Entry]:
         """New entries of every stream without waiting."""
@@ -317,7 +335,10 @@ class GroupReader:
     async def close(self) -> None:
         """Stop the lanes. Entries a cancelled lane had read stay pending with this consumer;
         once its heartbeat is gone another consumer claims them."""
-        lanes, self._lanes = self._lanes, []
+        lanes: list[asyncio.Task[Any]] = [*self._lanes]
+        if self._claiming is not None:
+            lanes.append(self._claiming)  # what it claimed stays pending with this consumer
+        self._lanes, self._claiming = [], None
         for lane in lanes:
             lane.cancel()
         if lanes:
