@@ -42,11 +42,13 @@ async def test_a_late_reply_is_asked_for_again_with_the_same_id(
     async with CommandClient(redis, keys, timeout_s=0.2) as client:
         asking = asyncio.create_task(client.submit(create("g1"), timeout_s=0.2))
         await asyncio.sleep(0.3)  # the first wait runs out: the command is sent again
-        assert await engine.drain() == 2  # both copies ...
+        # Every copy (a slow first drain lets the client send a third) ...
+        copies = await engine.drain()
         reply = await asking
+    assert copies >= 2
     assert reply.type == "accepted" and reply.seq == 4
     assert await QueryClient(redis, keys).head("g1") == 4  # ... created the game once
-    assert engine.counts.duplicates == 1
+    assert engine.counts.duplicates == copies - 1
 
 
 async def test_no_reply_at_all_is_a_timeout_naming_the_command(
@@ -118,6 +120,23 @@ async def test_the_game_list_filters_and_pages_across_partitions(
     results = await query.bot_results("random")
     assert results["games"] == 24  # both seats, every game
     assert results["wins"] + results["losses"] + results["draws"] + results["aborted"] == 24
+
+
+async def test_entries_delivered_to_a_reader_whose_answer_was_lost_are_taken_back(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    await CommandClient(redis, keys).send([create("g1"), create("g2")])
+    stream = keys.commands(keys.partition("g1"))
+    reader = GroupReader(redis, [stream], ENGINE_GROUP, "alive", heartbeats=keys.processes())
+    await reader.setup()
+    # Redis delivers to "alive", but the answer never reaches its reader (a dropped
+    # connection, and the client retried the read): the entries wait with nobody on them.
+    lost: Any = await redis.xreadgroup(ENGINE_GROUP, "alive", {stream: ">"})
+    assert lost and await reader.read(None) == []
+    await asyncio.sleep(0.6)  # idle past dead_idle_ms, far short of claim_idle_ms
+    taken = await reader.reclaim()
+    assert sorted(e.entry_id for e in taken) == sorted(i for i, _ in lost[0][1])
+    assert await reader.reclaim() == [], "entries it received are its own work, not lost"
 
 
 async def test_a_dead_consumers_work_is_taken_and_it_leaves_the_group(

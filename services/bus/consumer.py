@@ -47,6 +47,7 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from schemas.codec import FIELD, FIELD_BYTES
+from services.bus.cache import LRU
 from services.bus.connection import TRANSIENT_ERRORS, Client, is_cluster
 from services.bus.keys import Keys
 
@@ -65,6 +66,9 @@ DEAD_AFTER_MS = 1000
 FORGET_AFTER_MS = 3_600_000
 #: How often a consumer trims acknowledged entries and logs its stats line (with -v).
 TRIM_EVERY_S = 5.0
+#: How many received entry ids a reader remembers, to tell an entry Redis delivered to it
+#: but whose answer it never got; far beyond any batch in flight.
+SEEN_IDS = 20_000
 
 
 def now_ms() -> int:
@@ -198,6 +202,9 @@ class GroupReader:
         self.poison: list[Entry] = []
         self._next_claim = 0.0
         self._claiming: asyncio.Task[list[Entry]] | None = None
+        #: entries this reader received (the newest): Redis may have delivered others to it
+        #: whose answer was lost (the client retried the read after a dropped connection)
+        self._received_ids: LRU[tuple[str, bytes], bool] = LRU(SEEN_IDS)
         self._ready = False
         self._recovering = False
         self._lanes: list[asyncio.Task[None]] = []
@@ -246,6 +253,13 @@ class GroupReader:
             return await self._poll()
         return await self._wait(min(block_ms, max(1, int(self.claim_every_s * 1000))))
 
+    def _received(self, raw: Any) -> list[Entry]:
+        """A read's answer as entries, each noted as received."""
+        entries = _entries(raw)
+        for e in entries:
+            self._received_ids.put((e.stream, e.entry_id), True)
+        return entries
+
     def _claimed_beside(self) -> list[Entry]:
         """What the last claim pass beside the reads took, and the next pass when due."""
         task, out = self._claiming, []
@@ -253,7 +267,9 @@ class GroupReader:
             self._claiming = None
             if not task.cancelled() and task.exception() is None:
                 out = task.result()
-            elif not task.cancelled():  # Redis away: the next pass tries again
+            elif not task.cancelled():
+                # Redis away: the next pass tries again (and takes back what an XCLAIM
+                # whose answer was lost gave this consumer: it never received them).
                 log.debug("%s: a claim pass failed: %s", self.consumer, task.exception())
         if self._claiming is None and time.monotonic() >= self._next_claim:
             self._next_claim = time.monotonic() + self.claim_every_s
@@ -278,13 +294,13 @@ class GroupReader:
                 count=self.count,
                 block=block_ms,
             )
-            return _entries(raw)
+            return self._received(raw)
         pipe = self.redis.pipeline(transaction=False)
         for stream in self.streams:
             pipe.xreadgroup(self.group, self.consumer, {stream: start}, count=self.count)
         out: list[Entry] = []
         for answer in await pipe.execute():
-            out.extend(_entries(answer))
+            out.extend(self._received(answer))
         return out
 
     async def _wait(self, block_ms: int) -> list[Entry]:
@@ -325,7 +341,7 @@ class GroupReader:
             except TRANSIENT_ERRORS:
                 await asyncio.sleep(RETRY_PAUSE_S)
                 continue
-            entries = _entries(raw)
+            entries = self._received(raw)
             if entries:
                 async with self._cond:
                     self._buffer.extend(entries)
@@ -396,11 +412,14 @@ class GroupReader:
             if isinstance(rows, Exception):
                 continue  # no group yet: the next read makes it
             for row in rows:
-                # Entries of a dead consumer, and any entry idle too long, this consumer's
-                # own included: a read whose answer was lost (the client retried it after a
-                # dropped connection) leaves entries nobody is working on.
+                # Entries of a dead consumer, entries Redis delivered to this one that it
+                # never received (a read whose answer was lost: the client retried it
+                # after a dropped connection), and any entry idle too long.
                 owner = as_text(row["consumer"])
-                if owner in dead or row["time_since_delivered"] >= self.claim_idle_ms:
+                lost = owner == self.consumer and not self._received_ids.get(
+                    (stream, row["message_id"])
+                )
+                if lost or owner in dead or row["time_since_delivered"] >= self.claim_idle_ms:
                     take.setdefault(stream, []).append(
                         (row["message_id"], int(row["times_delivered"]))
                     )
@@ -414,6 +433,7 @@ class GroupReader:
             deliveries = dict(ids)
             for entry_id, fields in claimed:
                 entry = Entry(stream, entry_id, _field(fields))
+                self._received_ids.put((stream, entry_id), True)
                 if deliveries.get(entry_id, 0) + 1 > self.max_deliveries:
                     self.poison.append(entry)
                 else:
