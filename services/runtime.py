@@ -827,46 +827,17 @@ class _Service:
     ) -> list[StreamConsumer | Director]:
         if self.kind == "director":
             return [Director(redis, keys)]
+        # What each service waits for before it counts its work done (--ack-replicas).
+        acks = {"replicas": args.ack_replicas, "replica_timeout_ms": args.ack_timeout_ms}
         if self.kind == "engine":
             ttl = int(args.idempotency_hours * 3_600_000)
-            engine = EngineService(
-                redis,
-                keys,
-                batch=args.batch,
-                reply_ttl_ms=ttl,
-                replicas=args.ack_replicas,
-                replica_timeout_ms=args.ack_timeout_ms,
-            )
-            return [engine]
+            return [EngineService(redis, keys, batch=args.batch, reply_ttl_ms=ttl, **acks)]
         if self.kind == "projector":
-            return [
-                Projector(
-                    redis,
-                    keys,
-                    replicas=args.ack_replicas,
-                    replica_timeout_ms=args.ack_timeout_ms,
-                )
-            ]
+            return [Projector(redis, keys, **acks)]
         if self.kind == "dispatcher":
-            return [
-                Dispatcher(
-                    redis,
-                    keys,
-                    replicas=args.ack_replicas,
-                    replica_timeout_ms=args.ack_timeout_ms,
-                )
-            ]
+            return [Dispatcher(redis, keys, **acks)]
         try:
-            return [
-                BotWorker(
-                    redis,
-                    bot,
-                    keys,
-                    replicas=args.ack_replicas,
-                    replica_timeout_ms=args.ack_timeout_ms,
-                )
-                for bot in args.bot or bot_names()
-            ]
+            return [BotWorker(redis, bot, keys, **acks) for bot in args.bot or bot_names()]
         except ValueError as exc:
             raise UsageError(str(exc)) from None
 
