@@ -4,14 +4,17 @@ The session starts one redis-server of its own on a free port (never 6379, never
 did not start) and gives every test a fresh database index on it, flushed before use, so tests
 cannot see each other's keys. `redis_url` is that database's URL (for subprocesses and services),
 `redis` an async client on it, `redis_factory` more clients (racing engines, killed consumers),
-`namespace` a unique key prefix for tests that share one database on purpose, and
-`redis_server_factory` private servers (AOF, restarts) that stop when the test ends.
+`namespace` a unique key prefix for tests that share one database on purpose,
+`redis_server_factory` private servers (AOF, restarts) that stop when the test ends, and
+`primary_and_replica` two of them, the second made a replica of the first on request.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +105,36 @@ def redis_server_factory() -> Iterator[Callable[..., EmbeddedRedis]]:
     finally:
         for server in started:
             server.stop()
+
+
+@dataclass
+class PrimaryAndReplica:
+    """A private primary (`redis`) and a server (`replica`) that follows it once told to."""
+
+    redis: aioredis.Redis
+    replica: aioredis.Redis
+    port: int
+
+    async def follow(self) -> None:
+        """Make `replica` a replica of `redis`, and return once its link is up."""
+        await self.replica.replicaof("127.0.0.1", self.port)
+        while (await self.replica.info("replication"))["master_link_status"] != "up":
+            await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def primary_and_replica(
+    redis_server_factory: Callable[..., EmbeddedRedis],
+) -> AsyncIterator[PrimaryAndReplica]:
+    primary, secondary = redis_server_factory(), redis_server_factory()
+    pair = PrimaryAndReplica(
+        aioredis.from_url(primary.url), aioredis.from_url(secondary.url), primary.port
+    )
+    try:
+        yield pair
+    finally:
+        await pair.redis.aclose()
+        await pair.replica.aclose()
 
 
 @pytest.fixture

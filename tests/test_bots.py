@@ -31,6 +31,7 @@ from services.bus.secret import shared_secret
 from services.dispatcher import TIMEOUT_GRACE_MS, Dispatcher
 from services.engine_service import EngineService
 from services.runtime import ServiceSet, create_games
+from tests.conftest import PrimaryAndReplica
 
 KEYS = Keys()
 
@@ -375,60 +376,42 @@ async def test_an_event_that_replaced_the_cached_one_is_folded_from_the_log(
 
 
 async def test_with_replicas_a_batch_is_acknowledged_once_a_replica_holds_its_turns(
-    redis_server_factory: Any,
+    primary_and_replica: PrimaryAndReplica,
 ) -> None:
-    primary, secondary = redis_server_factory(), redis_server_factory()
-    redis = aioredis.from_url(primary.url)
-    replica = aioredis.from_url(secondary.url)
-    try:
-        await start_game(redis, EngineService(redis, KEYS))
-        feed = KEYS.feed(KEYS.partition("g1"))
-        dispatcher = Dispatcher(redis, KEYS, replicas=1, replica_timeout_ms=100)
-        with pytest.raises(ReplicasBehind):  # the server has no replica to confirm them
-            await dispatcher.drain()
-        assert (await redis.xpending(feed, DISPATCHER_GROUP))["pending"] == await redis.xlen(feed)
-        await replica.replicaof("127.0.0.1", primary.port)
-        while (await replica.info("replication"))["master_link_status"] != "up":
-            await asyncio.sleep(0.05)
-        dispatcher.reader.recover()  # as the loop does after a failed batch
-        dispatcher.forget()
+    redis, replica = primary_and_replica.redis, primary_and_replica.replica
+    await start_game(redis, EngineService(redis, KEYS))
+    feed = KEYS.feed(KEYS.partition("g1"))
+    dispatcher = Dispatcher(redis, KEYS, replicas=1, replica_timeout_ms=100)
+    with pytest.raises(ReplicasBehind):  # the server has no replica to confirm them
         await dispatcher.drain()
-        assert (await redis.xpending(feed, DISPATCHER_GROUP))["pending"] == 0
-        # The turn again: the failed batch's (on the server, unconfirmed) is not trusted.
-        assert await replica.xlen(KEYS.bot_turns("random")) == 2
-    finally:
-        await redis.aclose()
-        await replica.aclose()
+    assert (await redis.xpending(feed, DISPATCHER_GROUP))["pending"] == await redis.xlen(feed)
+    await primary_and_replica.follow()
+    dispatcher.reader.recover()  # as the loop does after a failed batch
+    dispatcher.forget()
+    await dispatcher.drain()
+    assert (await redis.xpending(feed, DISPATCHER_GROUP))["pending"] == 0
+    # The turn again: the failed batch's (on the server, unconfirmed) is not trusted.
+    assert await replica.xlen(KEYS.bot_turns("random")) == 2
 
 
 async def test_with_replicas_a_worker_acknowledges_a_turn_once_a_replica_holds_its_move(
-    redis_server_factory: Any,
+    primary_and_replica: PrimaryAndReplica,
 ) -> None:
-    primary, secondary = redis_server_factory(), redis_server_factory()
-    redis = aioredis.from_url(primary.url)
-    replica = aioredis.from_url(secondary.url)
-    try:
-        await start_game(redis, EngineService(redis, KEYS))
-        inbox = KEYS.bot_turns("random")
-        await redis.xadd(
-            inbox, {FIELD: encode(request("g1", await redis.xlen(KEYS.log("g1")), []))}
-        )
-        worker = BotWorker(redis, "random", KEYS, replicas=1, replica_timeout_ms=100)
-        with pytest.raises(ReplicasBehind):  # the server has no replica to confirm the move
-            await worker.drain()
-        assert (await redis.xpending(inbox, WORKERS_GROUP))["pending"] == 1
-        await replica.replicaof("127.0.0.1", primary.port)
-        while (await replica.info("replication"))["master_link_status"] != "up":
-            await asyncio.sleep(0.05)
-        worker.reader.recover()  # as the loop does after a failed batch
-        worker.forget()
+    redis, replica = primary_and_replica.redis, primary_and_replica.replica
+    await start_game(redis, EngineService(redis, KEYS))
+    inbox = KEYS.bot_turns("random")
+    await redis.xadd(inbox, {FIELD: encode(request("g1", await redis.xlen(KEYS.log("g1")), []))})
+    worker = BotWorker(redis, "random", KEYS, replicas=1, replica_timeout_ms=100)
+    with pytest.raises(ReplicasBehind):  # the server has no replica to confirm the move
         await worker.drain()
-        assert (await redis.xpending(inbox, WORKERS_GROUP))["pending"] == 0
-        # Answered again under the same command id: the engine takes the first only.
-        rows = await replica.xrange(KEYS.commands_for("g1"))
-        moves = [decode_command(f[FIELD_BYTES]) for _, f in rows]
-        ids = [c.command_id for c in moves if isinstance(c, PlayMove)]
-        assert len(ids) == 2 and len(set(ids)) == 1, ids
-    finally:
-        await redis.aclose()
-        await replica.aclose()
+    assert (await redis.xpending(inbox, WORKERS_GROUP))["pending"] == 1
+    await primary_and_replica.follow()
+    worker.reader.recover()  # as the loop does after a failed batch
+    worker.forget()
+    await worker.drain()
+    assert (await redis.xpending(inbox, WORKERS_GROUP))["pending"] == 0
+    # Answered again under the same command id: the engine takes the first only.
+    rows = await replica.xrange(KEYS.commands_for("g1"))
+    moves = [decode_command(f[FIELD_BYTES]) for _, f in rows]
+    ids = [c.command_id for c in moves if isinstance(c, PlayMove)]
+    assert len(ids) == 2 and len(set(ids)) == 1, ids

@@ -22,6 +22,7 @@ from services.engine_service import EngineService
 from services.projector import Projector, rebuild, registry, verify
 from services.projector.fold import GameFold
 from services.runtime import ServiceSet, create_games
+from tests.conftest import PrimaryAndReplica
 
 BOTS = [SeatSpec(kind="bot", name="random"), SeatSpec(kind="bot", name="random")]
 
@@ -216,22 +217,14 @@ async def test_a_new_read_model_is_projected_verified_and_rebuilt_with_no_other_
 
 
 async def test_a_replicated_script_call_after_script_flush_loads_it_and_is_confirmed(
-    redis_server_factory: Any,
+    primary_and_replica: PrimaryAndReplica,
 ) -> None:
-    primary, secondary = redis_server_factory(), redis_server_factory()
-    redis = aioredis.from_url(primary.url)
-    replica = aioredis.from_url(secondary.url)
-    try:
-        await replica.replicaof("127.0.0.1", primary.port)
-        while (await replica.info("replication"))["master_link_status"] != "up":
-            await asyncio.sleep(0.05)
-        incr = Script("return redis.call('INCRBY', KEYS[1], ARGV[1])")
-        await redis.script_flush()  # as a failover leaves the new master: no scripts
-        calls = [(["a"], [2]), (["b"], [5])]
-        assert await incr.run_replicated(redis, calls, 1, 1000) == [(2, True), (5, True)]
-        assert await replica.mget("a", "b") == [b"2", b"5"]
-        # A replica fewer than asked for: done, but not confirmed.
-        assert await incr.run_replicated(redis, calls[:1], 2, 50) == [(4, False)]
-    finally:
-        await redis.aclose()
-        await replica.aclose()
+    redis, replica = primary_and_replica.redis, primary_and_replica.replica
+    await primary_and_replica.follow()
+    incr = Script("return redis.call('INCRBY', KEYS[1], ARGV[1])")
+    await redis.script_flush()  # as a failover leaves the new master: no scripts
+    calls = [(["a"], [2]), (["b"], [5])]
+    assert await incr.run_replicated(redis, calls, 1, 1000) == [(2, True), (5, True)]
+    assert await replica.mget("a", "b") == [b"2", b"5"]
+    # A replica fewer than asked for: done, but not confirmed.
+    assert await incr.run_replicated(redis, calls[:1], 2, 50) == [(4, False)]

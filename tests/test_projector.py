@@ -9,7 +9,6 @@ finds an edited event and an edited view.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -47,6 +46,7 @@ from services.projector import (
 )
 from services.projector.rebuild import rebuild_write
 from services.runtime import ServiceSet, create_games, wait_until_ended
+from tests.conftest import PrimaryAndReplica
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = Keys()
@@ -362,29 +362,21 @@ async def test_a_model_write_lands_only_where_the_log_holds_the_event_it_folded(
 
 
 async def test_with_replicas_a_batch_is_acknowledged_once_a_replica_holds_its_models(
-    redis_server_factory: Any,
+    primary_and_replica: PrimaryAndReplica,
 ) -> None:
-    primary, secondary = redis_server_factory(), redis_server_factory()
-    redis = aioredis.from_url(primary.url)
-    replica = aioredis.from_url(secondary.url)
-    try:
-        [gid] = await create_games(redis, KEYS, [("teeko", {})], 1, BOTS)
-        await EngineService(redis, KEYS).drain()
-        feed = KEYS.feed(KEYS.partition(gid))
-        projector = Projector(redis, KEYS, replicas=1, replica_timeout_ms=100)
-        with pytest.raises(ReplicasBehind):  # the server has no replica to confirm it
-            await projector.drain()
-        assert (await redis.xpending(feed, PROJECTOR_GROUP))["pending"] == await redis.xlen(feed)
-        await replica.replicaof("127.0.0.1", primary.port)
-        while (await replica.info("replication"))["master_link_status"] != "up":
-            await asyncio.sleep(0.05)
-        projector.reader.recover()  # as the loop does after a failed batch
+    redis, replica = primary_and_replica.redis, primary_and_replica.replica
+    [gid] = await create_games(redis, KEYS, [("teeko", {})], 1, BOTS)
+    await EngineService(redis, KEYS).drain()
+    feed = KEYS.feed(KEYS.partition(gid))
+    projector = Projector(redis, KEYS, replicas=1, replica_timeout_ms=100)
+    with pytest.raises(ReplicasBehind):  # the server has no replica to confirm it
         await projector.drain()
-        assert (await redis.xpending(feed, PROJECTOR_GROUP))["pending"] == 0
-        assert await replica.get(KEYS.view(gid)) == await redis.get(KEYS.view(gid)) is not None
-    finally:
-        await redis.aclose()
-        await replica.aclose()
+    assert (await redis.xpending(feed, PROJECTOR_GROUP))["pending"] == await redis.xlen(feed)
+    await primary_and_replica.follow()
+    projector.reader.recover()  # as the loop does after a failed batch
+    await projector.drain()
+    assert (await redis.xpending(feed, PROJECTOR_GROUP))["pending"] == 0
+    assert await replica.get(KEYS.view(gid)) == await redis.get(KEYS.view(gid)) is not None
 
 
 @pytest.mark.parametrize("bad", [b"\xc1not msgpack", b"\x93\x01\x02\x03", None])

@@ -211,6 +211,7 @@ async def test_a_game_not_created_yet_shows_as_waiting_without_a_link(
     assert not await page.query_selector(f'tr[data-game="{waiting}"] a')
     assert await page.get_attribute(f'tr[data-game="{playing}"] a', "href") == f"/games/{playing}"
     assert await page.inner_text(f'tr[data-game="{playing}"] .badge') == "PLAYING"
+    await shots(page, "tournament-waiting", "table#schedule")
 
 
 async def test_a_match_draws_its_llr_and_bounds_and_the_leaderboard_rates_the_bots(
