@@ -74,10 +74,12 @@ async def started(redis: Client, keys: Keys, t: Tournament) -> set[str]:
     """The scheduled games not recorded yet that exist (have a log): the rest still wait
     for the director to create them."""
     ids = [gid for gid, s in t.games.items() if s.recorded is None]
+    if not ids:
+        return set()
     pipe = redis.pipeline(transaction=False)
     for gid in ids:
         pipe.xlen(keys.log(gid))
-    return {gid for gid, n in zip(ids, await pipe.execute(), strict=True) if n} if ids else set()
+    return {gid for gid, n in zip(ids, await pipe.execute(), strict=True) if n}
 
 
 async def tournament_report(redis: Client, keys: Keys, t: Tournament) -> dict[str, Any]:
