@@ -21,7 +21,13 @@ from typing import Any
 
 from engine import Game, load_game
 from engine.batch import BATCHED_GAMES, batched_playouts_per_sec
-from services.options import positive_float, positive_int
+from services.options import (
+    UsageError,
+    game_options_or_usage,
+    parse_options,
+    positive_float,
+    positive_int,
+)
 
 #: The rows of ludii-bench.tsv: every game at its defaults plus the larger or variant boards.
 PLAYOUT_ROWS: list[tuple[str, dict[str, Any]]] = [
@@ -170,6 +176,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="bots: worker processes (default one per core)",
     )
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="bots: play the one --game with this option (repeatable), e.g. markers=4 for Teeko",
+    )
+    parser.add_argument(
+        "--opponent",
+        action="append",
+        default=None,
+        help="bots: only MCTS against this bot, random or greedy (repeatable; default both)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -189,13 +208,25 @@ def run(args: argparse.Namespace) -> int:
         results = run_memory_bench(args.games if args.games is not None else 50)
         print_memory_table(results)
     elif args.which == "bots":
-        from bench.bots import GAMES, print_bots_table, run_bots_bench
+        from bench.bots import GAMES, PAIRINGS, print_bots_table, run_bots_bench
 
+        games = args.game or GAMES
+        known = [opponent for _, opponent, _ in PAIRINGS]
+        for opponent in args.opponent or ():
+            if opponent not in known:
+                raise UsageError(f"--opponent {opponent!r}: MCTS plays {' or '.join(known)}")
+        options = parse_options(args.option)
+        if options and len(games) != 1:
+            raise UsageError("--option sets one game's options: give exactly one --game")
+        for game in games:
+            game_options_or_usage(game, options)
         results = run_bots_bench(
-            args.game or GAMES,
+            games,
             args.games if args.games is not None else 100,
             args.move_time if args.move_time is not None else 0.25,
             args.workers,
+            options,
+            args.opponent,
         )
         print_bots_table(results)
     elif args.which == "load":

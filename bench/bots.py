@@ -11,8 +11,10 @@ successes); a target is "met" when the whole interval clears it, "likely" when o
 score does. Beside them: the mean game length in plies and how many of the tested bot's
 moves came after their deadline (on a busy machine the clock runs while others compute).
 
-`agon bench bots [--games N] [--move-time S] [--game G] [--json]` (bench/benchmarks.py); the
-issue's measurement is the default, 100 games per pairing at 0.25 s a move, hours of CPU.
+`agon bench bots [--games N] [--move-time S] [--game G [--option K=V]] [--opponent O] [--json]`
+(bench/benchmarks.py); the issue's measurement is the default, 100 games per pairing at 0.25 s a
+move, hours of CPU. `--option` plays one game's variant (Teeko's `markers=4`: at Ludii's default
+of 8 markers the first player has a forced win, see bench/README.md), `--opponent` one pairing.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class Job:
     pair: int
     seat: int
     move_time: float
+    #: the game's options, as (key, value) pairs; none for its defaults
+    options: tuple[tuple[str, str], ...] = ()
 
     @property
     def game_id(self) -> str:
@@ -68,7 +72,7 @@ class GameResult:
 
 def play(job: Job) -> GameResult:
     """Play one game to its end."""
-    state = load_game(job.game).new_initial_state()
+    state = load_game(job.game, **dict(job.options)).new_initial_state()
     players = {job.seat: load_bot(job.bot), 3 - job.seat: load_bot(job.opponent)}
     seq = 1
     longest, late = 0.0, 0
@@ -89,10 +93,10 @@ def play(job: Job) -> GameResult:
     return GameResult(job, score, state.ply, longest, late)
 
 
-def warm_up(games: Sequence[str]) -> None:
+def warm_up(games: Sequence[str], options: dict[str, str]) -> None:
     """Build each game's tables and evaluation in a worker before its first timed move."""
     for name in games:
-        game = load_game(name)
+        game = load_game(name, **options)
         value_function(game)
         game.new_initial_state().legal_actions()
 
@@ -107,14 +111,22 @@ def wilson(points: float, n: int, z: float = Z95) -> tuple[float, float]:
     return (centre - spread) / (1 + z * z / n), (centre + spread) / (1 + z * z / n)
 
 
-def jobs(games: Sequence[str], n_games: int, move_time: float) -> list[Job]:
+def jobs(
+    games: Sequence[str],
+    n_games: int,
+    move_time: float,
+    options: dict[str, str] | None = None,
+    opponents: Sequence[str] | None = None,
+) -> list[Job]:
     """Every game to play, pairs of seat-swapped games, the pairings interleaved."""
     pairs = (n_games + 1) // 2
+    variant = tuple(sorted((options or {}).items()))
     return [
-        Job(game, bot, opponent, pair, seat, move_time)
+        Job(game, bot, opponent, pair, seat, move_time, variant)
         for pair in range(pairs)
         for game in games
         for bot, opponent, _ in PAIRINGS
+        if opponents is None or opponent in opponents
         for seat in (1, 2)
     ]
 
@@ -139,6 +151,7 @@ def summarise(
             rows.append(
                 {
                     "game": game,
+                    "options": dict(mine[0].job.options),
                     "pairing": f"{bot} v {opponent}",
                     "move_time_s": move_time,
                     "games": len(mine),
@@ -159,12 +172,18 @@ def summarise(
 
 
 def run_bots_bench(
-    games: Sequence[str], n_games: int, move_time: float, workers: int | None = None
+    games: Sequence[str],
+    n_games: int,
+    move_time: float,
+    workers: int | None = None,
+    options: dict[str, str] | None = None,
+    opponents: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Play every pairing of every game, in parallel, with a progress bar on stderr."""
+    """Play every pairing (or those against `opponents`) of every game, in parallel, with a
+    progress bar on stderr."""
     for game in games:
-        load_game(game)  # an unknown name fails here, listing the known ones
-    todo = jobs(games, n_games, move_time)
+        load_game(game, **(options or {}))  # an unknown name or option fails here
+    todo = jobs(games, n_games, move_time, options, opponents)
     results: list[GameResult] = []
     progress = Progress(
         "[progress.description]{task.description}",
@@ -173,13 +192,21 @@ def run_bots_bench(
         TimeElapsedColumn(),
         console=Console(stderr=True),
     )
+    # Piped (no terminal to redraw a bar on), a line every 5% of the games says how far it is.
+    every = 0 if progress.console.is_terminal else max(1, len(todo) // 20)
+    started = time.monotonic()
     ctx = multiprocessing.get_context("spawn")
-    pool = ctx.Pool(workers or os.cpu_count() or 1, initializer=warm_up, initargs=(games,))
+    pool = ctx.Pool(
+        workers or os.cpu_count() or 1, initializer=warm_up, initargs=(games, options or {})
+    )
     with progress, pool:
         task = progress.add_task("games", total=len(todo))
         for result in pool.imap_unordered(play, todo):
             results.append(result)
             progress.update(task, advance=1, description=f"{result.job.game} games")
+            if every and len(results) % every == 0:
+                elapsed = time.monotonic() - started
+                progress.console.print(f"{len(results)}/{len(todo)} games in {elapsed:.0f} s")
     return summarise(games, results, move_time)
 
 
@@ -200,8 +227,9 @@ def print_bots_table(rows: Sequence[dict[str, Any]]) -> None:
     ):
         table.add_column(column, justify="left" if column in ("game", "pairing") else "right")
     for r in rows:
+        variant = ", ".join(f"{k}={v}" for k, v in r["options"].items())
         table.add_row(
-            r["game"],
+            f"{r['game']} ({variant})" if variant else r["game"],
             r["pairing"],
             f"{r['move_time_s']:g}",
             str(r["games"]),
