@@ -6,12 +6,14 @@ Against the session's real redis-server, one key prefix per test.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import gc
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgpack
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from schemas.commands import CreateGame, SeatSpec
 from services.bus.clients import CommandClient, QueryClient
@@ -21,6 +23,7 @@ from services.bus.scripts import Script
 from services.engine_service import EngineService
 from services.projector import Projector, rebuild, registry, verify
 from services.projector.fold import GameFold
+from services.redis_embedded import EmbeddedRedis
 from services.runtime import ServiceSet, create_games
 from tests.conftest import PrimaryAndReplica
 
@@ -138,6 +141,36 @@ async def test_entries_delivered_to_a_reader_whose_answer_was_lost_are_taken_bac
     taken = await reader.reclaim()
     assert sorted(e.entry_id for e in taken) == sorted(i for i, _ in lost[0][1])
     assert await reader.reclaim() == [], "entries it received are its own work, not lost"
+
+
+async def test_a_claim_pass_that_failed_is_not_reported_when_its_stopped_reader_is_collected(
+    redis_server_factory: Callable[..., EmbeddedRedis], keys: Keys
+) -> None:
+    # asyncio reports a task's unretrieved failure when the task is collected, from inside
+    # whatever code runs then: its traceback formatting (ast.parse) nested in another
+    # ast.parse broke that one with "AST constructor recursion depth mismatch" (CPython 3.11).
+    server = redis_server_factory()
+    redis = aioredis.Redis.from_url(server.url)
+    reader = GroupReader(redis, [keys.commands(0)], ENGINE_GROUP, "r", heartbeats=keys.processes())
+    await reader.setup()
+    server.kill()
+    with pytest.raises(RedisConnectionError):
+        await reader.read(None)  # a claim pass starts beside the read, and fails too
+    claiming = reader._claiming
+    assert claiming is not None
+    await asyncio.wait([claiming], timeout=10)
+    # (its repr shows the failure without marking it seen, as .exception() would)
+    assert "exception=" in repr(claiming), claiming
+    reports: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _, context: reports.append(context))
+    try:
+        del reader, claiming
+        gc.collect()
+    finally:
+        loop.set_exception_handler(None)
+    await redis.aclose()
+    assert [r["message"] for r in reports] == []
 
 
 async def test_a_dead_consumers_work_is_taken_and_it_leaves_the_group(

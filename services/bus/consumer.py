@@ -162,6 +162,14 @@ async def trim_acknowledged(redis: Client, stream: str, groups: Sequence[str]) -
     return removed
 
 
+def _seen(task: asyncio.Task[Any]) -> None:
+    """Mark a claim pass's failure as seen. The next read reports it; a reader stopped or
+    dropped first has nothing to report, and asyncio would log the failure, traceback and
+    all, whenever the task is collected (in whatever code runs then)."""
+    if not task.cancelled():
+        task.exception()
+
+
 class GroupReader:
     """Reads `streams` as consumer `consumer` of `group`; claims the work of dead consumers.
 
@@ -274,6 +282,7 @@ class GroupReader:
         if self._claiming is None and time.monotonic() >= self._next_claim:
             self._next_claim = time.monotonic() + self.claim_every_s
             self._claiming = asyncio.create_task(self.reclaim())
+            self._claiming.add_done_callback(_seen)
         return out
 
     async def _poll(self) -> list[Entry]:
