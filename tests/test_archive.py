@@ -455,11 +455,14 @@ async def test_memory_stays_bounded_under_continuous_play(
             )
         games = (rounds - 2) * per_round
         grew = figures[-1][1] - figures[1][1]
-        used = figures[-1][2] - figures[1][2]
+        # The server's dataset figure swings by 100-200 KB from one sample to the next (in
+        # CI round 2 once read 175 KB below rounds 1 and 3): growth is measured from the
+        # higher of the two warm-up rounds, which a real leak of 48 games still far exceeds.
+        used = figures[-1][2] - max(figures[0][2], figures[1][2])
         cost = sum(freed for *_, freed in figures[1:]) / ((rounds - 1) * per_round)
         print(
             f"rounds 2 -> {rounds}, {games} more games: Redis keys +{grew} B"
-            f" ({grew / games:.0f} B/game), used_memory_dataset {used:+d} B"
+            f" ({grew / games:.0f} B/game), used_memory_dataset {used:+d} B from rounds 1-2"
             f" ({used / games:+.0f} B/game);"
             f" a game not archived keeps about {cost:.0f} B"
         )
