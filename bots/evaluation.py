@@ -16,7 +16,8 @@ its own measure, built once per game (its tables come from the engine's own boar
   that colour, more the fuller it is; a shape one short with its gap fillable next turn is a
   threat, which wins outright for the side to move, or when the other side has two. The
   same tables rank moves before they are played (`move_priorities`, for MCTS): a cell is
-  worth what a stone there adds to shapes of either colour, to build them or to block them.
+  worth what a stone there adds to shapes of either colour, to build them or to block them,
+  and in Hexade, before that, what it captures.
 
 `scale` says how many units make a clear edge in a game: MCTS turns `value / scale` into a
 probability where it cuts a playout short.
@@ -255,7 +256,8 @@ class ShapeValue:
 
         Shapes with no stone yet add only their centrality; each shape held by one colour
         adds to its empty cells what one more stone of that colour would be worth there. A
-        swap or a pass gets nothing.
+        Hexade move that captures adds `CAPTURE` per stone it takes. A swap or a pass gets
+        nothing.
         """
         assert isinstance(state, TeekoState | HexadeState)
         gain = self.gain[self.codes(state)]
@@ -267,9 +269,29 @@ class ShapeValue:
         )
         values = (self.centrality + added).tolist()
         n = len(values)
+        if isinstance(state, HexadeState):
+            _add_captures(state, values)
         steps = n * (n + 1) if self.steps else n
         # Placing on s is action s in both games; Teeko's step f->t is n + f * n + t.
         return [values[a % n] if a < steps else 0.0 for a in actions]
+
+
+#: what a Hexade move is worth first, per enemy stone it captures: more than building any
+#: shape short of completing one, so that a search tries captures (its own, and the replies
+#: that take a stone it has just placed) before quiet moves
+CAPTURE = 1000.0
+
+
+def _add_captures(state: HexadeState, values: list[float]) -> None:
+    """Add `CAPTURE` per stone to each empty cell where the side to move would capture."""
+    p = state.mover
+    enemy = state.bits[3 - p]
+    near = state.game.all_near
+    for s in state.empty:
+        if enemy & near[s]:
+            taken = state.captures(s, p)
+            if taken:
+                values[s] += CAPTURE * taken.bit_count()
 
 
 def _shape_value(

@@ -18,9 +18,11 @@ import pytest
 from bench.bots import PAIRINGS, Job, jobs, play, summarise, wilson
 from bots import Bot, TurnContext, bot_names, load_bot
 from bots.alphabeta import AlphaBetaBot
+from bots.evaluation import move_priorities
 from bots.greedy import GreedyBot
 from bots.mcts import MctsBot
 from engine import State, load_game
+from engine.games.hexade import HexadeState
 from services.cli import main as agon
 
 GAMES: list[tuple[str, dict[str, Any]]] = [
@@ -240,6 +242,28 @@ def test_mcts_beats_random_at_teeko() -> None:
             assert outcome is not None
             wins += outcome.winner != 0 and state.seat_of(outcome.winner) == seat
     assert wins >= 8, f"MCTS won {wins} of 10 against random"
+
+
+def test_mcts_tries_a_hexade_capture_first_even_at_the_edge() -> None:
+    game = load_game("hexade")
+    board = game.board
+    # The first cell in site order (a corner) with two cells east of it: a colour-2 stone
+    # next to it and a colour-1 stone beyond, so colour 1 placing there captures.
+    corner = next(s for s in range(board.num_sites) if board.ray("orthogonal", "E", s)[1:2])
+    enemy, friend = board.ray("orthogonal", "E", corner)[:2]
+    snapshot = game.new_initial_state().to_dict()
+    cells = ["."] * board.num_sites
+    cells[enemy], cells[friend] = "2", "1"
+    snapshot.update(board="".join(cells), mover=1, ply=20)
+    state = game.state_from_dict(snapshot)
+    assert isinstance(state, HexadeState)
+    assert state.captures(corner, 1) == 1 << enemy
+    actions = state.legal_actions()
+    priorities = move_priorities(state, actions)
+    assert priorities is not None
+    assert max(zip(priorities, actions, strict=True))[1] == corner, "a capture outranks the centre"
+    state.apply_action(corner)
+    assert state.cells[enemy] == 0 and state.captures(enemy, 2) == 0
 
 
 def test_the_bench_plays_seat_swapped_pairs_to_the_end() -> None:

@@ -232,19 +232,13 @@ class HexadeState(State):
         bits[p] |= 1 << s
         # Captures: only where an enemy stone touches the new one along some radial.
         if bits[q] & g.all_near[s]:
-            for ray, runs in g.captures[s]:
-                if cells[ray[0]] != q:
-                    continue
-                k = 1
-                for t in ray[1:]:
-                    if cells[t] != q:
-                        if cells[t] == p and k in runs:
-                            for x in ray[:k]:
-                                cells[x] = 0
-                                bits[q] ^= 1 << x
-                                insort(empty, x)
-                        break
-                    k += 1
+            taken = self.captures(s, p)
+            bits[q] ^= taken
+            while taken:
+                x = (taken & -taken).bit_length() - 1
+                taken &= taken - 1
+                cells[x] = 0
+                insort(empty, x)
         # Wins, through the placed stone only; every shape needs a friendly neighbour of it.
         mine = bits[p]
         if mine & g.near[s]:
@@ -253,6 +247,25 @@ class HexadeState(State):
                     self.winner = p
                     self.reason = self._shape_of(s, m)
                     break
+
+    def captures(self, s: int, p: int) -> int:
+        """The enemy stones a stone of colour `p` on `s` captures, as a bitmask: on each
+        radial, a run of enemy stones closed by a friendly one at a capturing distance."""
+        cells = self.cells
+        q = 3 - p
+        taken = 0
+        for ray, runs in self.game.captures[s]:
+            if cells[ray[0]] != q:
+                continue
+            k = 1
+            for t in ray[1:]:
+                if cells[t] != q:
+                    if cells[t] == p and k in runs:
+                        for x in ray[:k]:
+                            taken |= 1 << x
+                    break
+                k += 1
+        return taken
 
     def _shape_of(self, s: int, mask: int) -> EndRule:
         """The rule a winning mask belongs to, named as in RULES.md §5."""
