@@ -1,8 +1,8 @@
 """Every `agon` input error is one line on stderr and exit 2, never a traceback.
 
 The commands run as the real `agon` console script. Only inputs that are refused before
-any Redis is touched are tried here (argparse `type=` errors, `agon play`, `agon
-conformance`, `agon schemas`), so no test starts or reaches a Redis. The helpers of
+any Redis is touched are tried here (argparse `type=` errors, `agon play`, `agon bench
+bots`, `agon conformance`, `agon schemas`), so no test starts or reaches a Redis. The helpers of
 `services.options` and the handlers of `services.cli` are also checked in-process.
 """
 
@@ -216,6 +216,25 @@ def test_selfplay_negative_count(capsys: pytest.CaptureFixture[str]) -> None:
         pytest.xfail("services.runtime: --games should be type=services.options.positive_int")
     line = capsys.readouterr().err.splitlines()[0]
     assert line.startswith("agon selfplay: error: argument --games:") and "'-3'" in line
+
+
+# --- agon bench bots --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--opponent", "alphabeta"], "--opponent 'alphabeta': MCTS plays random or greedy"),
+        (["--option", "markers=4"], "give exactly one --game"),
+        (["--game", "teeko", "--option", "markers=5"], "markers='5' is not one of 8, 4"),
+        (["--game", "teeko", "--option", "markers"], "--option wants key=value"),
+        (["--game", "chess"], "chess"),
+    ],
+)
+def test_bench_bots_bad_input(argv: list[str], message: str) -> None:
+    proc = agon("bench", "bots", *argv)
+    assert_usage(proc, "agon bench: ")
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
 # --- services.options -----------------------------------------------------------------------

@@ -23,7 +23,6 @@ from bots.greedy import GreedyBot
 from bots.mcts import MctsBot
 from engine import State, load_game
 from engine.games.hexade import HexadeState
-from services.cli import main as agon
 
 GAMES: list[tuple[str, dict[str, Any]]] = [
     ("supply-chains", {}),
@@ -292,25 +291,6 @@ def test_the_bench_plays_one_variant_against_one_opponent() -> None:
     # The options reach the engine: one it does not have is refused there.
     with pytest.raises(ValueError, match="markers"):
         play(Job("teeko", "random", "random", 0, 1, 0.01, (("markers", "5"),)))
-
-
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (["--opponent", "alphabeta"], "--opponent 'alphabeta': MCTS plays random or greedy"),
-        (["--option", "markers=4"], "give exactly one --game"),
-        (["--game", "teeko", "--option", "markers=5"], "markers='5' is not one of 8, 4"),
-        (["--game", "teeko", "--option", "markers"], "--option wants key=value"),
-        (["--game", "chess"], "chess"),
-    ],
-)
-def test_bad_bench_input_is_one_line_and_exit_2(
-    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert agon(["bench", "bots", *argv]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("agon bench: ") and message in err
-    assert len(err.strip().splitlines()) == 1
 
 
 def test_wilson_intervals() -> None:
