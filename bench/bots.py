@@ -192,8 +192,10 @@ def run_bots_bench(
         TimeElapsedColumn(),
         console=Console(stderr=True),
     )
-    # Piped (no terminal to redraw a bar on), a line every 5% of the games says how far it is.
+    # Piped (no terminal to redraw a bar on), a line every 5% of the games says how far it is
+    # and the score so far, which a run stopped early leaves behind.
     every = 0 if progress.console.is_terminal else max(1, len(todo) // 20)
+    tally: dict[str, list[int]] = {}
     started = time.monotonic()
     ctx = multiprocessing.get_context("spawn")
     pool = ctx.Pool(
@@ -204,9 +206,15 @@ def run_bots_bench(
         for result in pool.imap_unordered(play, todo):
             results.append(result)
             progress.update(task, advance=1, description=f"{result.job.game} games")
+            job = result.job
+            wdl = tally.setdefault(f"{job.game} {job.bot} v {job.opponent}", [0, 0, 0])
+            wdl[int(2 - 2 * result.score)] += 1  # win, draw, loss
             if every and len(results) % every == 0:
                 elapsed = time.monotonic() - started
-                progress.console.print(f"{len(results)}/{len(todo)} games in {elapsed:.0f} s")
+                scores = ", ".join(f"{k} {w}-{d}-{lost}" for k, (w, d, lost) in tally.items())
+                progress.console.print(
+                    f"{len(results)}/{len(todo)} games in {elapsed:.0f} s; {scores}"
+                )
     return summarise(games, results, move_time)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bench.bots import PAIRINGS, Job, jobs, play, summarise, wilson
+from bench.bots import PAIRINGS, Job, jobs, play, run_bots_bench, summarise, wilson
 from bots import Bot, TurnContext, bot_names, load_bot
 from bots.alphabeta import AlphaBetaBot
 from bots.evaluation import move_priorities
@@ -291,6 +291,14 @@ def test_the_bench_plays_one_variant_against_one_opponent() -> None:
     # The options reach the engine: one it does not have is refused there.
     with pytest.raises(ValueError, match="markers"):
         play(Job("teeko", "random", "random", 0, 1, 0.01, (("markers", "5"),)))
+
+
+def test_a_piped_bench_prints_its_score_so_far(capsys: pytest.CaptureFixture[str]) -> None:
+    [row] = run_bots_bench(["teeko"], 2, 0.02, workers=1, opponents=["random"])
+    lines = [line for line in capsys.readouterr().err.splitlines() if " games in " in line]
+    assert [line.split(" games in ")[0] for line in lines] == ["1/2", "2/2"]
+    wdl = f"{row['wins']}-{row['draws']}-{row['losses']}"
+    assert lines[-1].endswith(f"; teeko mcts v random {wdl}"), lines
 
 
 def test_wilson_intervals() -> None:
