@@ -162,10 +162,11 @@ async def trim_acknowledged(redis: Client, stream: str, groups: Sequence[str]) -
     return removed
 
 
-def _seen(task: asyncio.Task[Any]) -> None:
-    """Mark a claim pass's failure as seen. The next read reports it; a reader stopped or
-    dropped first has nothing to report, and asyncio would log the failure, traceback and
-    all, whenever the task is collected (in whatever code runs then)."""
+def seen(task: asyncio.Future[Any]) -> None:
+    """A done callback that marks a background task's failure as seen (awaiting the task
+    still raises it). A claim pass's failure is reported by the next read; a reader stopped
+    or dropped first has nothing to report, and asyncio would log the failure, traceback
+    and all, whenever the task is collected (in whatever code runs then)."""
     if not task.cancelled():
         task.exception()
 
@@ -282,7 +283,7 @@ class GroupReader:
         if self._claiming is None and time.monotonic() >= self._next_claim:
             self._next_claim = time.monotonic() + self.claim_every_s
             self._claiming = asyncio.create_task(self.reclaim())
-            self._claiming.add_done_callback(_seen)
+            self._claiming.add_done_callback(seen)
         return out
 
     async def _poll(self) -> list[Entry]:

@@ -31,7 +31,7 @@ from redis.asyncio import Redis
 
 from schemas.codec import FIELD, FIELD_BYTES, DecodeError, unpack_event
 from services.bus.connection import Client, connect
-from services.bus.consumer import as_text
+from services.bus.consumer import as_text, seen
 from services.bus.keys import Keys
 from services.projector.fold import GameFold, fold
 from services.projector.registry import (
@@ -77,6 +77,7 @@ async def rebuild(
     # The sweep touches only games that are not registered, the rebuild only games that
     # are: the two go side by side.
     sweeping = asyncio.ensure_future(sweep(redis, keys))
+    sweeping.add_done_callback(seen)  # if the rebuild fails first, its error is the one
     try:
         await _rebuild_all(redis, keys, parts, chunk, workers, url, stats)
     except BaseException:
@@ -250,7 +251,10 @@ async def _game_ids(redis: Client, keys: Keys) -> list[str]:
 
 
 def _start(tasks: list[asyncio.Future[Any]], work: Any) -> asyncio.Future[Any]:
+    """A read or write run beside the fold. When Redis goes away, the one awaited next
+    raises and the other, failed alike, is dropped: marked seen, it is not logged."""
     task: asyncio.Future[Any] = asyncio.ensure_future(work)
+    task.add_done_callback(seen)
     tasks.append(task)
     return task
 
