@@ -43,6 +43,9 @@ from engine.pattern import compile_lines, compile_pattern, line_masks, pattern_m
 WIN = 1_000_000.0
 #: a win next move, as sure as the evaluation can tell without searching
 THREAT = WIN / 100
+#: a fork for the side to move (`ShapeValue.fork_value`): two threats next move, short of
+#: a capture that breaks one
+FORK = THREAT / 4
 
 Value = Callable[[State, int], float]
 
@@ -52,6 +55,21 @@ def evaluate(state: State, colour: int) -> float:
     if state.is_terminal:
         return terminal_value(state, colour)
     return value_function(state.game)(state, colour)
+
+
+def leaf_value(state: State, colour: int) -> float:
+    """`evaluate` as a search's leaf sees it: in Hexade a fork counts too (`ShapeValue.forks`).
+
+    A search looks a few plies deep at most, and a fork comes a ply before the two threats
+    the evaluation sees: a search that only evaluates lets the greedy bot, which looks for
+    two threats a ply ahead, set one up on the move after next.
+    """
+    value = evaluate(state, colour)
+    shapes = value_function(state.game)
+    if isinstance(state, HexadeState) and not state.is_terminal:
+        assert isinstance(shapes, ShapeValue)
+        value += shapes.fork_value(state, colour)
+    return value
 
 
 def move_priorities(state: State, actions: list[int]) -> list[float] | None:
@@ -198,6 +216,27 @@ class ShapeValue:
             if my_gaps.bit_count() >= 2:
                 return THREAT / 2 + score
         return score
+
+    def fork_value(self, state: HexadeState, colour: int) -> float:
+        """`FORK` for `colour` (negated for the other) when, with no gap on the board, the
+        side to move has a fork: a cell that leaves two gaps (two shapes one short) at once."""
+        mover = state.mover
+        short = len(self.weights) - 2
+        codes = self.codes(state)
+        if np.any((codes == short * _CODE[1]) | (codes == short * _CODE[2])):
+            return 0.0  # a gap to fill or block comes first
+        held = np.flatnonzero(codes == (short - 1) * _CODE[mover])
+        if held.size < 2:
+            return 0.0
+        sites = self.cells[:, held].T
+        # Each such shape has two empty cells: a stone on either leaves the other a gap.
+        pairs = sites[np.array(state.cells, np.int8)[sites] == 0].reshape(-1, 2).tolist()
+        partner: dict[int, int] = {}
+        for a, b in pairs:
+            for cell, other in ((a, b), (b, a)):
+                if partner.setdefault(cell, other) != other:
+                    return FORK if mover == colour else -FORK
+        return 0.0
 
     def codes(self, state: TeekoState | HexadeState) -> NDArray[np.int8]:
         """Per shape, the code of the stones in it."""
