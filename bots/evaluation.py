@@ -58,7 +58,7 @@ def evaluate(state: State, colour: int) -> float:
 
 
 def leaf_value(state: State, colour: int) -> float:
-    """`evaluate` as a search's leaf sees it: in Hexade a fork counts too (`ShapeValue.forks`).
+    """`evaluate` as a search's leaf sees it: in Hexade a fork counts too (`fork_value`).
 
     A search looks a few plies deep at most, and a fork comes a ply before the two threats
     the evaluation sees: a search that only evaluates lets the greedy bot, which looks for
