@@ -64,12 +64,11 @@ def leaf_value(state: State, colour: int) -> float:
     the evaluation sees: a search that only evaluates lets the greedy bot, which looks for
     two threats a ply ahead, set one up on the move after next.
     """
-    value = evaluate(state, colour)
     shapes = value_function(state.game)
     if isinstance(state, HexadeState) and not state.is_terminal:
         assert isinstance(shapes, ShapeValue)
-        value += shapes.fork_value(state, colour)
-    return value
+        return shapes(state, colour, forks=True)
+    return evaluate(state, colour)
 
 
 def move_priorities(state: State, actions: list[int]) -> list[float] | None:
@@ -202,7 +201,8 @@ class ShapeValue:
     #: whether the game has Teeko's step actions (n + from * n + to, after the placements)
     steps: bool
 
-    def __call__(self, state: State, colour: int) -> float:
+    def __call__(self, state: State, colour: int, forks: bool = False) -> float:
+        """The evaluation; with `forks` (placements only), a fork counts too (`fork_value`)."""
         assert isinstance(state, TeekoState | HexadeState)
         score, my_gaps, their_gaps = self.count(state, colour)
         if state.mover == colour:
@@ -215,17 +215,18 @@ class ShapeValue:
                 return -THREAT + score
             if my_gaps.bit_count() >= 2:
                 return THREAT / 2 + score
+        if forks and not (my_gaps or their_gaps):  # a gap to fill or block comes first
+            assert isinstance(state, HexadeState)
+            score += self.fork_value(state, colour)
         return score
 
     def fork_value(self, state: HexadeState, colour: int) -> float:
-        """`FORK` for `colour` (negated for the other) when, with no gap on the board, the
-        side to move has a fork: a cell that leaves two gaps (two shapes one short) at once."""
+        """`FORK` for `colour` (negated for the other) when the side to move has a fork: a
+        cell that leaves two gaps (two shapes one short) at once. With a gap on the board
+        that comes first: `__call__` asks only where there is none."""
         mover = state.mover
         short = len(self.weights) - 2
-        codes = self.codes(state)
-        if np.any((codes == short * _CODE[1]) | (codes == short * _CODE[2])):
-            return 0.0  # a gap to fill or block comes first
-        held = np.flatnonzero(codes == (short - 1) * _CODE[mover])
+        held = np.flatnonzero(self.codes(state) == (short - 1) * _CODE[mover])
         if held.size < 2:
             return 0.0
         sites = self.cells[:, held].T
