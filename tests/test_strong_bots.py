@@ -22,7 +22,7 @@ from bots.evaluation import FORK, ShapeValue, evaluate, leaf_value, move_priorit
 from bots.greedy import GreedyBot
 from bots.mcts import MctsBot
 from engine import State, load_game
-from engine.games.hexade import HexadeState
+from tests.test_hexade import BOARD, go, position, room_for
 
 GAMES: list[tuple[str, dict[str, Any]]] = [
     ("supply-chains", {}),
@@ -243,54 +243,39 @@ def test_mcts_beats_random_at_teeko() -> None:
     assert wins >= 8, f"MCTS won {wins} of 10 against random"
 
 
-def hexade_position(stones: dict[int, int], mover: int) -> HexadeState:
-    game = load_game("hexade")
-    cells = ["."] * game.board.num_sites
-    for site, colour in stones.items():
-        cells[site] = str(colour)
-    snapshot = game.new_initial_state().to_dict()
-    snapshot.update(board="".join(cells), mover=mover, ply=20)
-    state = game.state_from_dict(snapshot)
-    assert isinstance(state, HexadeState)
-    return state
-
-
 def test_mcts_tries_a_hexade_capture_first_even_at_the_edge() -> None:
-    game = load_game("hexade")
-    board = game.board
     # The first cell in site order (a corner) with two cells east of it: a colour-2 stone
     # next to it and a colour-1 stone beyond, so colour 1 placing there captures.
-    corner = next(s for s in range(board.num_sites) if board.ray("orthogonal", "E", s)[1:2])
-    enemy, friend = board.ray("orthogonal", "E", corner)[:2]
-    state = hexade_position({enemy: 2, friend: 1}, mover=1)
-    assert state.captures(corner, 1) == 1 << enemy
+    corner = room_for("E", 2)
+    enemy, friend = go(corner, "E"), go(corner, "E", "E")
+    state = position({enemy: 2, friend: 1}, mover=1)
+    site, enemy_site = BOARD.site(corner), BOARD.site(enemy)
+    assert state.captures(site, 1) == 1 << enemy_site
     actions = state.legal_actions()
     priorities = move_priorities(state, actions)
     assert priorities is not None
-    assert max(zip(priorities, actions, strict=True))[1] == corner, "a capture outranks the centre"
-    state.apply_action(corner)
-    assert state.cells[enemy] == 0 and state.captures(enemy, 2) == 0
+    assert max(zip(priorities, actions, strict=True))[1] == site, "a capture outranks the centre"
+    state.apply_action(site)
+    assert state.cells[enemy_site] == 0 and state.captures(enemy_site, 2) == 0
 
 
 def test_a_hexade_fork_counts_at_a_search_leaf_for_the_side_to_move() -> None:
-    game = load_game("hexade")
-    board = game.board
-    shapes = value_function(game)
+    shapes = value_function(load_game("hexade"))
     assert isinstance(shapes, ShapeValue)
     # The middle row: four stones of colour 2 with two empty cells on either side, so a
     # fifth on the first cell beyond either end leaves two lines of six one short.
-    row = next(s for s in range(board.num_sites) if len(board.ray("orthogonal", "E", s)) == 14)
-    line = [row, *board.ray("orthogonal", "E", row)][4:8]
-    four = {site: 2 for site in line}
-    state = hexade_position(four, mover=2)
+    line = [go("A8", *["E"] * k) for k in range(4, 8)]
+    four = dict.fromkeys(line, 2)
+    state = position(four, mover=2)
     assert (shapes.fork_value(state, 2), shapes.fork_value(state, 1)) == (FORK, -FORK)
     assert leaf_value(state, 2) == evaluate(state, 2) + FORK
     # Only the side to move can play its fork; three in a row make none.
-    assert shapes.fork_value(hexade_position(four, mover=1), 1) == 0
-    assert shapes.fork_value(hexade_position(dict.fromkeys(line[:3], 2), mover=2), 2) == 0
-    # A gap on the board comes first: it must be filled or blocked at once.
-    five = {**four, line[-1] + 1: 2}
-    assert shapes.fork_value(hexade_position(five, mover=2), 2) == 0
+    assert shapes.fork_value(position(four, mover=1), 1) == 0
+    assert shapes.fork_value(position(dict.fromkeys(line[:3], 2), mover=2), 2) == 0
+    # A gap on the board comes first: it must be filled or blocked at once. (Colour 1's
+    # five from the west edge of the bottom row leave it one gap.)
+    gap = position({**four, **{go("A1", *["E"] * k): 1 for k in range(5)}}, mover=2)
+    assert leaf_value(gap, 2) == evaluate(gap, 2)
 
 
 def test_the_bench_plays_seat_swapped_pairs_to_the_end() -> None:
