@@ -195,7 +195,6 @@ def run_bots_bench(
     # Piped (no terminal to redraw a bar on), a line every 5% of the games says how far it is
     # and the score so far, which a run stopped early leaves behind.
     every = 0 if progress.console.is_terminal else max(1, len(todo) // 20)
-    tally: dict[str, list[int]] = {}
     started = time.monotonic()
     ctx = multiprocessing.get_context("spawn")
     pool = ctx.Pool(
@@ -206,12 +205,12 @@ def run_bots_bench(
         for result in pool.imap_unordered(play, todo):
             results.append(result)
             progress.update(task, advance=1, description=f"{result.job.game} games")
-            job = result.job
-            wdl = tally.setdefault(f"{job.game} {job.bot} v {job.opponent}", [0, 0, 0])
-            wdl[int(2 - 2 * result.score)] += 1  # win, draw, loss
             if every and len(results) % every == 0:
                 elapsed = time.monotonic() - started
-                scores = ", ".join(f"{k} {w}-{d}-{lost}" for k, (w, d, lost) in tally.items())
+                scores = ", ".join(
+                    f"{r['game']} {r['pairing']} {r['wins']}-{r['draws']}-{r['losses']}"
+                    for r in summarise(games, results, move_time)
+                )
                 progress.console.print(
                     f"{len(results)}/{len(todo)} games in {elapsed:.0f} s; {scores}"
                 )
