@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 SHARED ?= ../shared
 SECONDS ?= 5
 
-.PHONY: run test lint bench load faults conformance venv golden clean
+.PHONY: run test lint bench load faults attack conformance venv golden clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -40,6 +40,11 @@ load: $(STAMP)
 # The fault suite in its full form (CI runs the short form inside `make test`).
 faults: $(STAMP)
 	AGON_FAULTS=full $(VENV)/bin/pytest -q tests/test_fault_suite.py tests/test_fault_fuzz.py tests/test_failover.py tests/test_faults.py
+
+# The security suite in its long form (thousands of sockets, the out-of-memory spell, the
+# import forgery at scale): one line per attack, held or broken, with its figure.
+attack: $(STAMP)
+	AGON_ATTACK=full $(VENV)/bin/pytest -q tests/security
 
 conformance: $(STAMP)
 	$(VENV)/bin/agon conformance $(SHARED)/conformance/trials/*.jsonl $(SHARED)/conformance/patterns/*.jsonl

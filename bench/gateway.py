@@ -610,7 +610,8 @@ async def bot_figure(
     name = f"bench-{transport}-{tag}"
     meter = CpuMeter(redis, pids)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
-        status, registered = await post_json(http, f"{base}/api/bots", {"name": name})
+        body = {"name": name, "accept_challenges": True}  # games against it are made keyless
+        status, registered = await post_json(http, f"{base}/api/bots", body)
         if status != 201:
             raise RuntimeError(f"registering the bot failed: {status} {registered}")
         cls = NdjsonBot if transport == "ndjson" else SocketBot
@@ -1070,17 +1071,23 @@ async def _services(url: str, prefix: str) -> None:
 
 
 async def _gateway(url: str, prefix: str, port: int) -> None:
+    from services.bus.quotas import Quota
     from services.engine_service import settle_heap
     from services.gateway import GatewaySettings
     from services.gateway.serve import serving
 
     raise_open_files()
+    # One address plays every client: no per-address caps, limits or quotas.
+    unbounded = Quota(per_hour=1e12, burst=10**12)
     settings = GatewaySettings(
         redis_url=url,
         keys=Keys(prefix=prefix),
         name="bench-gateway",
         rate_per_s=1e9,
         burst=1_000_000_000,
+        max_connections_per_address=0,
+        create_quota=unbounded,
+        register_quota=unbounded,
     )
     stop = _stop_event()
     async with serving(settings, "127.0.0.1", port) as site:

@@ -645,7 +645,14 @@ class Bench:
 
         begun = time.monotonic()
         await fleet.scale("engine", config.engines)
-        gateways = await fleet.scale("gateway", config.gateways, "--rate-limit", GATEWAY_RATE)
+        gateways = await fleet.scale(
+            "gateway",
+            config.gateways,
+            "--rate-limit",
+            GATEWAY_RATE,
+            "--max-connections-per-address",
+            "0",
+        )
         helper = None
         if gateways and config.spectators:
             out = fleet.dir / f"spectators-{len(fleet.pids)}.json"

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter
 
 from schemas.base import BotName, ClockStamp, CommandId, GameId, PlayerName, Seat, Seq, TimeMs
 
@@ -97,6 +97,15 @@ class ErrorBody(Body):
 
 class NewBot(Body):
     name: BotName
+    #: Whether anyone may seat the bot in a game; otherwise only a creator bearing its key.
+    accept_challenges: StrictBool = False
+
+
+class BotSettingsBody(Body):
+    """`PATCH /api/bots/{name}` with the bot's key: its standing settings."""
+
+    #: Whether anyone may seat the bot in a game; otherwise only a creator bearing its key.
+    accept_challenges: StrictBool
 
 
 class BotKeyBody(Body):
@@ -311,6 +320,7 @@ __all__ = [
     "BotMoveMessage",
     "BotSeatSpec",
     "BotServerMessage",
+    "BotSettingsBody",
     "CatalogueBody",
     "ClientMessage",
     "EndedMessage",

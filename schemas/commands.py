@@ -127,7 +127,8 @@ class ClaimTimeout(_Command):
 class Abort(_Command):
     """End the game: by a seated player (`seat`, its token; no winner, reason `abort`) or
     by the operator (`seat` 0 with the admin token, `schemas.tokens.admin_token`) for the
-    `reason` given: `aborted` or `interrupted` (the platform's doing: no winner),
+    `reason` given: `aborted`, `abandoned` (nobody touched the game for a long time; it ends
+    as `aborted`) or `interrupted` (the platform's doing: no winner),
     `no_reply` (nobody serves the built-in bot to move: it loses) or `disconnect` (no
     connection serves the outside bot to move: it loses)."""
 
@@ -135,7 +136,7 @@ class Abort(_Command):
     game_id: GameId
     seat: Annotated[int, Field(ge=0, le=2)]
     token: Annotated[str, Field(max_length=256)]
-    reason: Literal["aborted", "interrupted", "no_reply", "disconnect"] = "aborted"
+    reason: Literal["aborted", "abandoned", "interrupted", "no_reply", "disconnect"] = "aborted"
 
 
 #: The most events an `ImportGame` may carry (its entry is bounded too: see

@@ -26,6 +26,7 @@ RejectCode = Literal[
     "malformed",
     "too_large",
     "invalid_import",
+    "reused_command_id",
 ]
 REJECT_CODES: tuple[str, ...] = get_args(RejectCode)
 

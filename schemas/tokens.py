@@ -1,10 +1,12 @@
 """Seat tokens: how a command proves it speaks for a seat, without tokens in any log.
 
-A log keeps only `token_hash(token)`. Human seats get a random token in the reply
-to `SeatPlayer`. Bot seats are seated at creation, so their tokens are derived:
-`bot_token(secret, game_id, seat)` = HMAC-SHA256 of "game_id|seat" under the server
-secret: env `AGON_SECRET`, else one that the first service of a deployment generates
-and shares through Redis (`services.bus.secret`); there is no default anyone could read.
+A log keeps only `token_hash(token)`, and so does every other store: tokens are derived,
+never drawn and kept. A person gets `human_token(secret, game_id, seat, command_id)` in the
+reply to `SeatPlayer` (the engine's reply memory keeps that reply without it, and a retry
+derives it again). Bot seats are seated at creation: `bot_token(secret, game_id, seat)` =
+HMAC-SHA256 of "game_id|seat" under the server secret: env `AGON_SECRET`, else one that
+the first service of a deployment generates and shares through Redis
+(`services.bus.secret`); there is no default anyone could read.
 The dispatcher puts the token in each turn request; a worker with the secret could derive
 it too. The operator's `admin_token(secret)` may abort any game.
 
@@ -75,8 +77,13 @@ def stamped_deadline(secret: bytes, game_id: str, seq: int, stamp: str) -> int |
     return int(deadline) if tokens_equal(mac, expected) else None
 
 
-def new_human_token() -> str:
-    return secrets.token_urlsafe(24)
+def human_token(secret: bytes, game_id: str, seat: int, command_id: str) -> str:
+    """The token of a person seated in `seat` by the command `command_id`.
+
+    Derived, not drawn, so that nothing but its hash is ever stored: a seat command retried
+    after its reply was lost gets the same token again from the same derivation."""
+    message = f"human|{game_id}|{seat}|{command_id}".encode()
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
 
 
 def token_matches(token: str, expected_hash: str) -> bool:

@@ -19,7 +19,9 @@ results and tournaments, and writes nothing but its own reply stream, the outsid
 registry and heartbeats; the director appends to tournament logs and creates their games.
 The operator (`agon verify`, `rebuild`, `status`, `archive`, `restore`, `tournament
 create|cancel`, creating a cluster, replicas' logins) may run everything on the deployment's
-keys but manage users or the configuration, or flush the server. `default` is off. Every
+keys but Redis's dangerous commands (`OPERATOR_RULES`: it may not manage users or the
+configuration, flush, replicate another server, watch other users' commands or stop Redis)
+and script or function writes. `default` is off. Every
 user may read the heartbeats, so `agon status --check` (a health check) works as any.
 Nobody but the operator may touch the shared secret key: the services that sign or check
 tokens get `AGON_SECRET` in their env file, and the projector and bot workers, which need
@@ -67,12 +69,19 @@ CONSUMER = (
     "xinfo|groups", "xinfo|consumers", "xtrim",
 )  # fmt: skip
 SCRIPTS = ("evalsha", "script|load")
-#: The operator: everything on the deployment's keys (CLUSTER to create a cluster, PSYNC and
-#: REPLCONF for replicas that log in as it) but managing users and the configuration (it may
-#: read the ACL LOG and ask ACL DRYRUN what a user may do), or flushing every key (which no
-#: key pattern would confine).
+#: The operator: every command on the deployment's keys but Redis's `@dangerous` ones (users,
+#: configuration, FLUSHALL, SWAPDB, REPLICAOF (which empties the server to copy another),
+#: MONITOR and SLOWLOG (which show other users' commands: seat tokens), DEBUG, SHUTDOWN,
+#: MODULE, CLIENT KILL|PAUSE, SAVE, FAILOVER...), taking back only those `agon` needs: INFO
+#: (`connect`, `agon status`), CLUSTER to create and reshard a cluster (MIGRATE moves a
+#: partition; but not RESET or FLUSHSLOTS, which empty a node), PSYNC and REPLCONF for the
+#: replicas that log in as it, ACL LOG and DRYRUN (what Redis refused, what a user may do).
+#: Script and function writes are not `@dangerous` but wipe what every service relies on,
+#: so they go too (services load their scripts themselves: SCRIPT LOAD stays).
 OPERATOR_RULES = (
-    "+@all -acl +acl|whoami +acl|log +acl|dryrun +acl|cat -config -flushall -flushdb -swapdb"
+    "+@all -@dangerous +info +cluster -cluster|reset -cluster|flushslots +migrate"
+    " +psync +replconf +acl|log +acl|dryrun"
+    " -script|flush -function|flush -function|delete -function|load -function|restore"
 )
 
 PREFIX_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
@@ -128,6 +137,11 @@ def grants(prefix: str = DEFAULT_PREFIX, bots: Sequence[str] = ()) -> dict[str, 
     send = Grant("send commands", ("xadd",), write=(commands,))
     feeds = Grant("consume every feed", CONSUMER, both=(feed,))
     read_logs = Grant("fold games from their logs", ("xrange",), read=(log,))
+    # Every consumer records the spells Redis refused its writes; the engine and the
+    # dispatcher read them to pause clocks (`services.bus.outages`).
+    spells = Grant(
+        "outage spells", ("zadd", "zremrangebyscore", "zrevrangebyscore"), both=(k.outages(),)
+    )
     return {
         "engine": [
             Grant("consume the command streams", (*CONSUMER, "xrange"), both=(commands,)),
@@ -143,6 +157,7 @@ def grants(prefix: str = DEFAULT_PREFIX, bots: Sequence[str] = ()) -> dict[str, 
             Grant("reply", ("xadd", "pexpire"), write=(k.reply_stream("*"),)),
             Grant("dead-letter commands", ("xadd",), write=(k.dead_letter(0),)),
             beat,
+            spells,
         ],
         "projector": [
             feeds,
@@ -155,11 +170,20 @@ def grants(prefix: str = DEFAULT_PREFIX, bots: Sequence[str] = ()) -> dict[str, 
             ),
             set_aside,
             beat,
+            spells,
         ],
         "dispatcher": [
             feeds,
             read_logs,
-            Grant("move clocks", ("zadd", "zrem", "zrangebyscore", "zscore"), both=(clocks,)),
+            Grant("is a stuck game's view its log's head", ("xlen",), read=(log,)),
+            Grant(
+                "move clocks", ("zadd", "zrem", "zrangebyscore", "zrange", "zscore"), both=(clocks,)
+            ),
+            Grant(
+                "find stuck and abandoned games: the index, the views",
+                ("zrange", "zmscore", "get"),
+                read=(k.index_pattern(), k.view("*")),
+            ),
             Grant("the timeout-claim script (its keys)", SCRIPTS, both=(clocks, commands)),
             send,
             Grant(
@@ -168,6 +192,7 @@ def grants(prefix: str = DEFAULT_PREFIX, bots: Sequence[str] = ()) -> dict[str, 
             Grant("is a bot an outside one", ("hexists",), read=(k.registered_bots(),)),
             set_aside,
             beat,
+            spells,
         ],
         "bots": [
             Grant("consume the built-in bots' inboxes", CONSUMER, both=built_in),
@@ -175,6 +200,7 @@ def grants(prefix: str = DEFAULT_PREFIX, bots: Sequence[str] = ()) -> dict[str, 
             send,
             set_aside,
             beat,
+            spells,
         ],
         "gateway": [
             send,
@@ -182,8 +208,8 @@ def grants(prefix: str = DEFAULT_PREFIX, bots: Sequence[str] = ()) -> dict[str, 
             Grant(
                 "read logs, views, the index, results and tournaments",
                 (
-                    *("get", "xrange", "xrevrange", "xlen", "xread", "hvals"),
-                    *("zrange", "zrevrange", "zinter", "zcard"),
+                    *("get", "xrange", "xrevrange", "xlen", "xread", "hvals", "hlen"),
+                    *("zrange", "zrevrange", "zinter", "zmscore", "zcard"),
                 ),
                 read=(log, feed, games, k.view("*"), k.index_pattern(), *results, *tours),
             ),
@@ -194,14 +220,19 @@ def grants(prefix: str = DEFAULT_PREFIX, bots: Sequence[str] = ()) -> dict[str, 
                 read=(inboxes,),
             ),
             Grant(
-                "outside bots' registry",
-                ("hsetnx", "hset", "hget", "hexists", "hscan"),
-                both=(k.registered_bots(), k.bot_key_hashes()),
+                "outside bots' registry: names taken, records, keys (rotated, revoked)",
+                ("hsetnx", "hset", "hget", "hexists", "hscan", "hdel"),
+                both=(k.registered_bots(), k.bot_key_hashes(), k.bot_names()),
             ),
             Grant(
                 "heartbeats (its own, outside bots')",
                 ("hset", "hdel", "hgetall"),
                 both=(k.processes(),),
+            ),
+            Grant(
+                "quotas: the token-bucket script (its key, its commands)",
+                (*SCRIPTS, "time", "hmget", "hset", "pexpire"),
+                both=(k.quota("*", "*"),),
             ),
         ],
         "director": [

@@ -40,7 +40,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "engine": ("services.runtime:ENGINE", "run one engine service (validate, append, reply)"),
     "projector": ("services.runtime:PROJECTOR", "run one projector (read models from the feeds)"),
     "dispatcher": ("services.runtime:DISPATCHER", "run one dispatcher (turn requests, clocks)"),
-    "bots": ("services.runtime:BOTS", "run bot workers (answer turn requests)"),
+    "bots": (
+        "services.bots_cmd:BOTS_COMMAND",
+        "run bot workers (answer turn requests), or revoke an outside bot's keys",
+    ),
     "gateway": ("services.runtime:GATEWAY", "serve the HTTP/WebSocket API for people and bots"),
     "director": ("services.runtime:DIRECTOR", "run one tournament director (shares them out)"),
     "status": ("services.status_cmd", "processes, consumer lag, live games, Redis memory"),

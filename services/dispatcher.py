@@ -10,7 +10,9 @@ event + limit + bank); for a bot, the same allowance from the hand-over, signed
 bot could see its turn is not the bot's time. `claim_timeouts` sends a `ClaimTimeout` (with
 the stamp) for every passed deadline, and the engine decides whether it really is late.
 A clock is claimed by whichever dispatcher removes it first, in the same atomic write that
-sends the claim, so a failed write never loses a clock.
+sends the claim, so a failed write never loses a clock. A clock that came due while Redis
+refused writes (out of memory: `services.bus.outages`) is set again with the time the spell
+took, and its bot handed the turn again, instead of claimed.
 
 A bot nobody serves must not hold a game for ever: a bot's turn in a game without a clock
 is watched too ("<id>|<seq>|watch" in the clock zset, due after `unserved_ms`); when it
@@ -43,6 +45,7 @@ from schemas.commands import Abort, ClaimTimeout
 from schemas.events import EventMap
 from schemas.tokens import admin_token, bot_token, clock_stamp
 from schemas.turns import TurnRequest
+from services.bus import outages
 from services.bus.cache import LRU
 from services.bus.clients import QueryClient, log_entries
 from services.bus.connection import Client
@@ -55,6 +58,7 @@ from services.bus.consumer import (
 from services.bus.keys import DISPATCHER_GROUP, Keys
 from services.bus.scripts import Command, Script, confirmed, run_replicated
 from services.bus.secret import shared_secret
+from services.bus.stuck import abandoned_games, stuck_games
 from services.projector.fold import GameFold
 from services.projector.live import FEED_GROUPS
 
@@ -68,24 +72,38 @@ TIMEOUT_GRACE_MS = 50
 CLAIMS_PER_SWEEP = 500
 #: A bot turn without a clock whose bot has no live worker this long is aborted.
 UNSERVED_MS = 300_000
+#: A game nobody touched this long is abandoned: it ends as aborted (`--abandon-after`).
+ABANDON_MS = 24 * 3_600_000
+#: How often the dispatcher looks for stuck and abandoned games.
+REPAIR_EVERY_S = 30.0
 
-# Claim passed clocks of one partition: send each claim, then remove its clock. Atomic, so
-# two dispatchers never both claim one clock; the XADD comes first because Redis does not
-# roll a script back, so a failed write leaves the clock for the next sweep.
-# KEYS: clocks zset, command stream. ARGV: the entry field, then (member, claim) pairs.
+# Claim passed clocks of one partition: send each claim, then replace its clock by a
+# re-check (`AGAIN`), due `RECHECK_MS` later, that claims again while the game stands at that
+# seq: the engine may refuse a claim (its clock ran through a spell of refused writes the
+# dispatcher had not seen yet), and a refusal is not the end of the clock. Atomic, so two
+# dispatchers never both claim one clock; the XADD comes first because Redis does not roll a
+# script back, so a failed write leaves the clock for the next sweep.
+# KEYS: clocks zset, command stream. ARGV: the entry field, then (member, claim, re-check
+# member, its score) quadruples.
 _CLAIM = Script(
     """
 local claimed = 0
-for i = 2, #ARGV, 2 do
+for i = 2, #ARGV, 4 do
   if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
     redis.call('XADD', KEYS[2], '*', ARGV[1], ARGV[i + 1])
     redis.call('ZREM', KEYS[1], ARGV[i])
+    redis.call('ZADD', KEYS[1], ARGV[i + 3], ARGV[i + 2])
     claimed = claimed + 1
   end
 end
 return claimed
 """
 )
+#: A claimed clock is claimed again this long after, while its game stands at that seq.
+RECHECK_MS = 1000
+#: The mark of a re-check member, "<id>|<seq>|again": it claims against the deadline its
+#: score less `RECHECK_MS` (when the claim before it was sent, at or after the deadline).
+AGAIN = "again"
 
 
 class Dispatcher(StreamConsumer):
@@ -108,6 +126,7 @@ class Dispatcher(StreamConsumer):
         clock: Callable[[], int] = now_ms,
         cache_size: int = 20_000,
         unserved_ms: int = UNSERVED_MS,
+        abandon_ms: int = ABANDON_MS,
         replicas: int = 0,
         replica_timeout_ms: int = 1000,
     ) -> None:
@@ -128,6 +147,8 @@ class Dispatcher(StreamConsumer):
         self.clock_every_s = clock_every_s
         self.clock = clock
         self.unserved_ms = unserved_ms
+        self.abandon_ms = abandon_ms
+        self._next_repair = time.monotonic() + REPAIR_EVERY_S
         self.replicas = replicas
         self.replica_timeout_ms = replica_timeout_ms
         self.turns_sent = 0
@@ -164,6 +185,10 @@ class Dispatcher(StreamConsumer):
         if time.monotonic() >= self._next_sweep:
             self._next_sweep = time.monotonic() + self.clock_every_s
             await self.claim_timeouts()
+        # In the loop, between batches: a repair never races a batch over the caches.
+        if time.monotonic() >= self._next_repair:
+            self._next_repair = time.monotonic() + REPAIR_EVERY_S
+            await self.repair()
 
     async def settle(self) -> None:
         """After a drain: claim passed deadlines too."""
@@ -272,7 +297,7 @@ class Dispatcher(StreamConsumer):
         dispatched = self._dispatched.get(g.game_id) or 0
         if dispatched and dispatched != g.seq:
             old = f"{g.game_id}|{dispatched}"
-            out.append((clocks, ("ZREM", clocks, old, f"{old}|watch")))
+            out.append((clocks, ("ZREM", clocks, old, f"{old}|watch", f"{old}|{AGAIN}")))
         if "imported_from" in g.created:
             return out  # appended whole and finished: a batch seeing it half-read is no turn
         if g.status != "playing" or not g.to_move or dispatched == g.seq:
@@ -289,9 +314,13 @@ class Dispatcher(StreamConsumer):
         elif seat["kind"] == "bot":
             watch = g.updated + self.unserved_ms
             out.append((clocks, ("ZADD", clocks, watch, f"{g.game_id}|{g.seq}|watch")))
-        if seat["kind"] != "bot":
-            return out
-        created = g.created
+        if seat["kind"] == "bot":
+            out.append(self._turn_request(g, deadline))
+        return out
+
+    def _turn_request(self, g: GameFold, deadline: int) -> Command:
+        """The write that hands the bot to move in `g` its turn, due by `deadline` (0: none)."""
+        created, seat = g.created, g.seats[g.to_move - 1]
         request = TurnRequest(
             game_id=g.game_id,
             game=created["game"],
@@ -307,15 +336,16 @@ class Dispatcher(StreamConsumer):
             seed=created["seed"],
         )
         inbox = self.keys.bot_turns(seat["name"])
-        out.append(
-            (inbox, ("XADD", inbox, "MAXLEN", "~", INBOX_MAXLEN, "*", FIELD, encode(request)))
-        )
         self.turns_sent += 1
-        return out
+        return (inbox, ("XADD", inbox, "MAXLEN", "~", INBOX_MAXLEN, "*", FIELD, encode(request)))
 
     async def claim_timeouts(self, now: int | None = None) -> int:
         """Send a `ClaimTimeout` for every deadline passed (by the grace) in any partition,
         and abort the games of unserved bots whose watch came due."""
+        if self.write_watch.refusing:
+            # Redis refused this dispatcher's last write: record the spell (or find it still
+            # refusing) before any claim, so no clock that ran through it is claimed.
+            await self.heartbeat()
         limit = (self.clock() if now is None else now) - TIMEOUT_GRACE_MS
         parts = list(self.keys.all_partitions())
         pipe = self.redis.pipeline(transaction=False)
@@ -333,33 +363,121 @@ class Dispatcher(StreamConsumer):
             return 0
         calls = []
         served: dict[str, bool] = {}  # bot -> has a live worker, asked once per sweep
+        spells = await outages.spells(self.redis, self.keys)
+        recheck = self.clock() + RECHECK_MS
         for p, members in due:
             args: list[Any] = [FIELD]
-            for member, deadline in members:
+            for member, due_at in members:
+                gid, seq, kind, deadline = _clock_member(member, due_at)
+                if kind and not await self._still_at(p, member, gid, seq):
+                    continue
+                if spells and await self._rearmed(p, member, deadline, spells, limit):
+                    continue
                 command = await self._due_command(p, member, deadline, served)
                 if command is not None:
-                    args += [member, encode(command)]
+                    again = member if kind == "watch" else f"{gid}|{seq}|{AGAIN}"
+                    args += [member, encode(command), again, recheck]
             if len(args) > 1:
                 calls.append(([self.keys.clocks(p), self.keys.commands(p)], args))
         claimed = sum(int(n) for n in await _CLAIM.run_many(self.redis, calls))
         self.timeouts_claimed += claimed
         return claimed
 
+    async def repair(self) -> int:
+        """Set the turn and clock again of every stuck game (`stuck_games`): whatever lost
+        them (a write that never landed, a cache that forgot), the game goes on. End every
+        abandoned game as aborted. Returns how many games were repaired or ended."""
+        if not self.secret:  # for turn requests and the operator's aborts
+            self.secret = await shared_secret(self.redis, self.keys)
+        now = self.clock()
+        stuck = await stuck_games(self.redis, self.keys, now)
+        for gid in stuck:
+            self._dispatched.pop(gid)
+            self._cache.pop(gid)
+        games = await self._refold(stuck)
+        await self._send([w for g in games for w in self._turn_writes(g)])
+        if stuck:
+            log.warning(
+                "dispatcher: %d stuck game(s) given their turn and clock again: %s",
+                len(stuck),
+                ", ".join(stuck[:5]),
+            )
+        abandoned = await abandoned_games(self.redis, self.keys, now, self.abandon_ms)
+        token = admin_token(self.secret)
+        pipe = self.redis.pipeline(transaction=False)
+        for gid, seq in abandoned:
+            end = Abort(command_id=f"abandoned:{gid}:{seq}", game_id=gid, seat=0, token=token,
+                        reason="abandoned")  # fmt: skip
+            pipe.xadd(self.keys.commands_for(gid), {FIELD: encode(end)})
+        if abandoned:
+            await pipe.execute()
+            log.info("dispatcher: %d abandoned game(s) ended as aborted", len(abandoned))
+        return len(stuck) + len(abandoned)
+
+    async def _still_at(self, p: int, member: str, gid: str, seq: int) -> bool:
+        """Whether a re-check's game still stands at its seq, playing; else it is removed."""
+        g = await self._game(gid)
+        if g is not None and g.seq == seq and g.status == "playing":
+            return True
+        await self.redis.zrem(self.keys.clocks(p), member)
+        return False
+
+    async def _game(self, gid: str) -> GameFold | None:
+        """The game as this dispatcher knows it, folded from its log on a miss."""
+        return self._cache.get(gid) or next(iter(await self._refold([gid])), None)
+
+    async def _rearmed(
+        self, p: int, member: str, deadline: int, spells: list[outages.Spell], limit: int
+    ) -> bool:
+        """Whether a due clock ran through a spell in which Redis refused writes, and was set
+        again with the time the spell took: the platform's time is never the player's. A
+        bot is handed its turn again, with the new deadline signed (its first answer may
+        never have reached a command stream)."""
+        gid, seq, kind, _ = _clock_member(member, deadline)
+        g = await self._game(gid)
+        if kind == "watch" or g is None or g.seq != seq or g.status != "playing":
+            return False
+        allowance = g.deadline - g.updated
+        start = deadline - allowance
+        now = self.clock()
+        paused = outages.paused_ms(spells, start, now)
+        if not paused:
+            return False
+        # What the turn had left when the first spell began, counted again from now: the
+        # bot hears of its turn again only now.
+        began = min(a for a, b in spells if b > start)
+        later = max(deadline + paused, now + max(0, deadline - max(start, began)))
+        if later <= limit:
+            return False
+        clocks, clock = self.keys.clocks(p), f"{gid}|{seq}"  # a re-check is a clock again
+        writes: list[Command] = [
+            (clocks, ("ZREM", clocks, member)),
+            (clocks, ("ZADD", clocks, later, clock)),
+        ]
+        if g.seats[g.to_move - 1]["kind"] == "bot":
+            writes.append(self._turn_request(g, later))
+        await self._send(writes)
+        log.info(
+            "dispatcher: game %s's clock ran through a spell of refused writes: %d ms more",
+            gid,
+            later - deadline,
+        )
+        return True
+
     async def _due_command(
         self, p: int, member: str, deadline: int, served: dict[str, bool]
     ) -> ClaimTimeout | Abort | None:
         """The command a due clock sends: a timeout claim, or for a watch an abort if
         nobody serves the bot (else the watch is set again and None returned)."""
-        gid, _, rest = member.partition("|")
-        seq, _, watch = rest.partition("|")
-        if not watch:
+        gid, seq, kind, _ = _clock_member(member, deadline)
+        if kind != "watch":
             return ClaimTimeout(
                 command_id=f"timeout:{gid}:{seq}",
                 game_id=gid,
-                expected_seq=int(seq),
-                clock=clock_stamp(self.secret, gid, int(seq), deadline),
+                expected_seq=seq,
+                clock=clock_stamp(self.secret, gid, seq, deadline),
             )
-        g = self._cache.get(gid) or next(iter(await self._refold([gid])), None)
+        g = await self._game(gid)
         bot = g.seats[g.to_move - 1]["name"] if g is not None and g.to_move else None
         if bot is not None and bot not in served:
             served[bot] = (await self.query.bot_health(bot)).workers > 0
@@ -377,3 +495,11 @@ class Dispatcher(StreamConsumer):
             token=admin_token(self.secret),
             reason="disconnect" if outside else "no_reply",
         )
+
+
+def _clock_member(member: str, score: int) -> tuple[str, int, str, int]:
+    """A clock zset member as (game id, seq, kind, deadline): kind "" for a clock (its score
+    is its deadline), "watch" for a watch, `AGAIN` for a re-check."""
+    parts = member.split("|")
+    kind = parts[2] if len(parts) > 2 else ""
+    return parts[0], int(parts[1]), kind, score - RECHECK_MS if kind == AGAIN else score

@@ -16,7 +16,16 @@ it says what the bytes hashed to, but does not let anyone recompute them from th
 
 What the chain cannot prove: the last event has no successor to vouch for its bytes. Its
 game facts (result, scores, reason) are checked by the replay; its `time` and `command_id`
-are taken on trust.
+are taken on trust. Nor can it prove where a log comes from: the chain is unkeyed, so anyone
+may edit an export and chain it again. The gateway therefore signs what it exports: a last
+line `{"type":"signature","alg":"ed25519","key":<public key>,"sig":<signature>}` (base64)
+over the exact bytes of the event lines before it (after `SIGNED_CONTEXT`), with an Ed25519
+key every gateway derives from the deployment's shared secret (`export_signing_key`, HKDF
+with a fixed `info`: no new secret is stored) and publishes (`/.well-known/agon-export-key`).
+A trailer, not a header: line n stays event n (seq n) as every problem message counts them,
+the signer writes it after the bytes it covers, and a truncated file loses its signature
+instead of passing as a shorter signed game. `origin_problem` checks it against a key the
+reader trusts; the key inside the line only names the signer, it proves nothing by itself.
 
 Text: a record like a PGN: `[Name "value"]` headers (game, options, seats, result,
 reason, times in ISO-8601 UTC, id), a blank line, one numbered move per line with the seat
@@ -24,21 +33,30 @@ that played it, then the result. It never shows tokens or token hashes.
 
 Import: `log_problems` checks a log as `agon verify` does (`chain_problems`,
 `replay_problems`), and `rekeyed` gives its events under a new game id, re-chained, the
-`GameCreated` naming the original in `imported_from`. Everything else is kept: seqs,
-times, command ids, seats (with their token hashes: the game is over, so no token is ever
-checked against them again), moves and the result.
+`GameCreated` naming the original in `imported_from`: the engine's mark, set whatever the
+file says, which every competition read model skips (an import never counts in ratings,
+leaderboards, tournaments or bot health). A file's `tournament` is dropped, so a forged log
+cannot name itself into a tournament. Everything else is kept: seqs, times, command ids,
+seats (with their token hashes: the game is over, so no token is ever checked against them
+again), moves and the result. A signature line is accepted and dropped (`read_jsonl`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import msgpack
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from schemas.codec import (
     MAX_IMPORT_BYTES,
@@ -61,15 +79,22 @@ from services.projector.verify import chain_problems, replay_problems
 
 __all__ = [
     "RAW",
+    "SIGNATURE",
     "ExportError",
     "export_jsonl",
     "export_line",
+    "export_signing_key",
     "export_text",
     "import_command",
     "json_line",
     "log_problems",
+    "origin_problem",
+    "public_key",
+    "public_key_b64",
     "read_jsonl",
     "rekeyed",
+    "signature_line",
+    "split_signature",
     "verify_export",
 ]
 
@@ -113,10 +138,105 @@ def export_line(data: bytes) -> str:
     return _json({RAW: raw, **obj})
 
 
-def export_jsonl(entries: Sequence[LogEntry]) -> str:
-    """A log as JSON Lines: one event per line in seq order, each its stored map."""
+def export_jsonl(entries: Sequence[LogEntry], key: Ed25519PrivateKey | None = None) -> str:
+    """A log as JSON Lines: one event per line in seq order, each its stored map; signed by
+    `key` (a last `signature_line`) when one is given, unless the game was imported: the
+    server vouches only for games played on it, never for a file someone brought."""
     ordered = sorted(entries, key=lambda e: e.seq)
-    return "".join(export_line(e.data) + "\n" for e in ordered)
+    body = "".join(export_line(e.data) + "\n" for e in ordered)
+    imported = bool(ordered) and "imported_from" in unpack(ordered[0].data)
+    return body if key is None or imported else body + signature_line(body, key)
+
+
+# -- the server's signature --------------------------------------------------------------
+#: The `type` of an export's last line when the server signed it.
+SIGNATURE = "signature"
+#: What is signed is this, then the event lines' bytes: a signature made for anything else
+#: with the same key can never pass for an export's.
+SIGNED_CONTEXT = b"agon export v1\n"
+#: HKDF's `info` for the export key: the shared secret also makes seat and admin tokens,
+#: and this keeps the derived key unrelated to them.
+EXPORT_KEY_INFO = b"agon: export signing key (ed25519) v1"
+
+
+@functools.lru_cache(maxsize=4)
+def export_signing_key(secret: bytes) -> Ed25519PrivateKey:
+    """The deployment's export signing key: the same from the same secret in every gateway."""
+    seed = HKDF(algorithm=SHA256(), length=32, salt=None, info=EXPORT_KEY_INFO).derive(secret)
+    return Ed25519PrivateKey.from_private_bytes(seed)
+
+
+def public_key_b64(key: Ed25519PrivateKey) -> str:
+    """The public half of `key`: its 32 raw bytes in base64, as published and in a file."""
+    raw = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return base64.b64encode(raw).decode("ascii")
+
+
+def public_key(text: str) -> Ed25519PublicKey:
+    """A published key (`public_key_b64`); ValueError says why `text` is none."""
+    try:
+        raw = base64.b64decode(text.strip(), validate=True)
+        return Ed25519PublicKey.from_public_bytes(raw)
+    except (binascii.Error, ValueError):
+        raise ValueError(
+            f"not an export key: expected the base64 of 32 bytes, got {text.strip()[:60]!r}"
+        ) from None
+
+
+def signature_line(body: str, key: Ed25519PrivateKey) -> str:
+    """The line (newline included) that signs the event lines `body` with `key`."""
+    sig = key.sign(SIGNED_CONTEXT + body.encode("utf-8"))
+    line = {
+        "type": SIGNATURE,
+        "alg": "ed25519",
+        "key": public_key_b64(key),
+        "sig": base64.b64encode(sig).decode("ascii"),
+    }
+    return _json(line) + "\n"
+
+
+def _signature_of(line: str) -> dict[str, Any] | None:
+    """The map of a signature line, None if `line` is not one."""
+    if f'"{SIGNATURE}"' not in line:
+        return None
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) and obj.get("type") == SIGNATURE else None
+
+
+def split_signature(text: str) -> tuple[str, dict[str, Any] | None]:
+    """An export's event lines (exactly as signed) and its signature line's map (None: not
+    signed). Only the last line can sign; blank lines after it are ignored."""
+    stripped = text.rstrip("\r\n")
+    start = stripped.rfind("\n") + 1
+    signature = _signature_of(stripped[start:])
+    if signature is None:
+        return text, None
+    return text[:start], signature
+
+
+def origin_problem(text: str, trusted: Ed25519PublicKey) -> str | None:
+    """Why export `text` was not signed with the key `trusted` (None: it was, over exactly
+    its event lines)."""
+    body, signature = split_signature(text)
+    if signature is None:
+        return "origin: the export is not signed (a server's export ends with a signature line)"
+    if signature.get("alg") != "ed25519":
+        return f"origin: unknown signature algorithm {str(signature.get('alg'))[:40]!r}"
+    try:
+        sig = base64.b64decode(str(signature.get("sig", "")), validate=True)
+        trusted.verify(sig, SIGNED_CONTEXT + body.encode("utf-8"))
+    except (binascii.Error, ValueError, InvalidSignature):
+        trusted_b64 = base64.b64encode(trusted.public_bytes(Encoding.Raw, PublicFormat.Raw))
+        if signature.get("key") != trusted_b64.decode("ascii"):
+            return (
+                f"origin: signed by another key ({str(signature.get('key'))[:60]}), "
+                "not the server's: the export was forged or comes from elsewhere"
+            )
+        return "origin: the signature does not match the events: they were changed after export"
+    return None
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -142,6 +262,8 @@ def _line_bytes(line: str) -> bytes:
         raise ValueError(f"not JSON ({exc})") from None
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    if obj.get("type") == SIGNATURE:
+        raise ValueError("a signature line, which only the last line may be")
     if RAW not in obj:
         try:
             return _pack(obj)
@@ -165,8 +287,9 @@ def _line_bytes(line: str) -> bytes:
 
 
 def _parse(text: str) -> tuple[list[LogEntry], list[str]]:
-    """The entries of a JSONL export (entry n from line n) and a problem per bad line."""
-    lines = text.split("\n")
+    """The entries of a JSONL export (entry n from line n) and a problem per bad line; a
+    last signature line is no entry (`split_signature`)."""
+    lines = split_signature(text)[0].split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the newline that ends the last line
     entries: list[LogEntry] = []
@@ -185,7 +308,7 @@ def _parse(text: str) -> tuple[list[LogEntry], list[str]]:
 
 def read_jsonl(text: str) -> list[LogEntry]:
     """The stored events of a JSONL export, entry n from line n; `ExportError` names the
-    first line that stands for no event."""
+    first line that stands for no event. A last signature line is left out."""
     entries, problems = _parse(text)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -218,7 +341,8 @@ def verify_export(text: str) -> tuple[str, int, list[str]]:
 
     Every line must stand for an event (a problem names the line); then the events must
     form the hash chain of one game with seqs 1, 2, ... and replay move for move through
-    the rules (entry n and seq n are line n).
+    the rules (entry n and seq n are line n). A signature line is not checked here: see
+    `origin_problem`.
     """
     entries, problems = _parse(text)
     gid = _game_id(entries)
@@ -252,15 +376,19 @@ def import_command(text: str, game_id: str, command_id: str, reply_to: str = "")
 
 def rekeyed(entries: Sequence[LogEntry], game_id: str) -> list[bytes]:
     """A checked log's events as game `game_id`'s: re-chained, and the `GameCreated` naming
-    the original game in `imported_from`; every other fact kept. Check with `log_problems`
-    first: an event that does not decode raises `DecodeError`."""
+    the original game in `imported_from` and in no tournament; every other fact kept. Check
+    with `log_problems` first: an event that does not decode raises `DecodeError`."""
     out: list[bytes] = []
     prev = ""
     for entry in entries:
         event = decode_event(entry.data)
         update: dict[str, Any] = {"game_id": game_id, "prev_hash": prev}
         if isinstance(event, GameCreated):
+            # The mark is the engine's, whatever the file holds (a file's own
+            # `imported_from` is replaced); and a file cannot place a game in a tournament:
+            # only the director creates those, and its results are the tournament's.
             update["imported_from"] = event.game_id
+            update["tournament"] = None
         data = encode(event.model_copy(update=update))
         out.append(data)
         prev = event_hash(data)

@@ -639,6 +639,49 @@ def add_listen_arguments(parser: argparse.ArgumentParser) -> None:
         "--archive", metavar="DIR", default=os.environ.get(ARCHIVE_ENV, ""),
         help=f"also serve the games archived in DIR (agon archive; default: ${ARCHIVE_ENV})",
     )  # fmt: skip
+    add_door_arguments(parser)
+
+
+#: Where `--metrics-token` is read from by default (an argument shows in `ps`).
+METRICS_TOKEN_ENV = "AGON_METRICS_TOKEN"
+
+
+def add_door_arguments(parser: argparse.ArgumentParser) -> None:
+    """Connection caps, read deadlines and where /metrics is served (guard.py, metrics.py)."""
+    d = GatewaySettings
+    parser.add_argument(
+        "--max-connections", type=non_negative_int, default=d.max_connections, metavar="N",
+        help="open client connections in all (default 0: what the file limit leaves)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-connections-per-address", type=non_negative_int, metavar="N",
+        default=d.max_connections_per_address,
+        help="open connections per client address (0: no cap; default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--idle-timeout", type=positive_float, default=d.idle_timeout_s, metavar="S",
+        help="close a connection silent or idle this long (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--header-timeout", type=positive_float, default=d.header_timeout_s, metavar="S",
+        help="close a request whose headers take longer (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--body-timeout", type=positive_float, default=d.body_timeout_s, metavar="S",
+        help="close a request whose body takes longer after its headers (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--metrics-host", default=d.metrics_host,
+        help="with --metrics-port: the address /metrics is served on (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--metrics-port", type=port_number, default=d.metrics_port,
+        help="serve /metrics on this port only, not on the gateway's (default: on the gateway's)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--metrics-token", default=os.environ.get(METRICS_TOKEN_ENV, ""), metavar="TOKEN",
+        help=f"/metrics asks for this bearer token (default: ${METRICS_TOKEN_ENV}; none)",
+    )  # fmt: skip
 
 
 def gateway_settings(args: argparse.Namespace, url: str, keys: Keys) -> GatewaySettings:
@@ -650,6 +693,14 @@ def gateway_settings(args: argparse.Namespace, url: str, keys: Keys) -> GatewayS
         burst=max(1, int(2 * args.rate_limit)),
         name=consumer_name("gateway"),  # its heartbeat and its reply stream say who it is
         archive=archive_dir(args.archive),
+        max_connections=args.max_connections,
+        max_connections_per_address=args.max_connections_per_address,
+        idle_timeout_s=args.idle_timeout,
+        header_timeout_s=args.header_timeout,
+        body_timeout_s=args.body_timeout,
+        metrics_host=args.metrics_host,
+        metrics_port=args.metrics_port,
+        metrics_token=args.metrics_token,
     )
 
 
@@ -797,6 +848,13 @@ class _Service:
                 default=24.0,
                 help="how long a command id is remembered (its reply repeated) (default: 24)",
             )
+        if self.kind == "dispatcher":
+            parser.add_argument(
+                "--abandon-after-hours",
+                type=positive_float,
+                default=24.0,
+                help="end a game nobody touched for this long as aborted (default: 24)",
+            )
         done = {
             "engine": "a command done",
             "projector": "a feed entry projected",
@@ -835,7 +893,8 @@ class _Service:
         if self.kind == "projector":
             return [Projector(redis, keys, **acks)]
         if self.kind == "dispatcher":
-            return [Dispatcher(redis, keys, **acks)]
+            abandon_ms = int(args.abandon_after_hours * 3_600_000)
+            return [Dispatcher(redis, keys, abandon_ms=abandon_ms, **acks)]
         try:
             return [BotWorker(redis, bot, keys, **acks) for bot in args.bot or bot_names()]
         except ValueError as exc:

@@ -99,11 +99,14 @@ async def chromium() -> AsyncIterator[Browser]:
 
 @contextlib.asynccontextmanager
 async def fresh_page(
-    browser: Browser, viewport: ViewportSize, *, console_errors: bool = False
+    browser: Browser, viewport: ViewportSize, *, console_errors: bool = False, csp: bool = False
 ) -> AsyncIterator[Page]:
     """A page in a fresh browser profile; any uncaught error of the page's scripts (and,
-    with `console_errors`, any error it logs) fails the test."""
-    context = await browser.new_context(viewport=viewport)
+    with `console_errors`, any error it logs) fails the test. Playwright's
+    `wait_for_function` evals its predicate in the page, which the page's policy refuses
+    (no 'unsafe-eval'), so the policy is bypassed unless `csp`: the security suite runs the
+    page under it (tests/security/test_http.py)."""
+    context = await browser.new_context(viewport=viewport, bypass_csp=not csp)
     opened = await context.new_page()
     errors: list[str] = []
     opened.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -208,7 +211,7 @@ def page_display(cells: list[dict[str, Any]]) -> tuple[dict[str, int], set[str],
 @contextlib.asynccontextmanager
 async def slow_bot(url: str, name: str, think_s: float) -> AsyncIterator[None]:
     """A registered outside bot (the SDK) playing random legal moves, `think_s` per move."""
-    key = await register_bot(url, name)
+    key = await register_bot(url, name, accept_challenges=True)  # a person seats it
     rng = random.Random(name)
 
     def choose(state: State, seconds_left: float | None) -> Move:

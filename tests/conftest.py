@@ -187,10 +187,14 @@ async def client(arena: Arena) -> TestClient:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The fault suite's table: one line per scenario that ran (tests/faults.py)."""
+    """The fault suite's and the security suite's tables: one line per scenario or attack
+    that ran (tests/faults.py, tests/security/attacks.py)."""
     from tests.faults import LINES
+    from tests.security.attacks import LINES as ATTACKS
 
-    if LINES:
-        terminalreporter.write_sep("-", "faults: one line per scenario")
-        for line in LINES:
-            terminalreporter.write_line(str(line))
+    for title, lines in (("faults: one line per scenario", LINES),
+                         ("attacks: one line per attack", ATTACKS)):  # fmt: skip
+        if lines:
+            terminalreporter.write_sep("-", title)
+            for line in lines:
+                terminalreporter.write_line(str(line))

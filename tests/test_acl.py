@@ -184,7 +184,14 @@ async def test_every_service_runs_as_its_own_user_and_plays_whole_games(
             bots_game = await new_game(http, seats=[{"bot": "random"}, {"bot": "greedy"}])
             key = await register_bot(url, "outsider")
             outsider = asyncio.create_task(run_bot(url, key, choose, stop=outsider_stop))
-            outside_game = await new_game(http, seats=[{"bot": "outsider"}, {"bot": "random"}])
+            # Seated with its consent: the game is created with its key.
+            made = await http.post(
+                "/api/games",
+                json={"game": "teeko", "seats": [{"bot": "outsider"}, {"bot": "random"}]},
+                headers={"Authorization": f"Bearer {key}"},
+            )
+            assert made.status == 201, await made.text()
+            outside_game = await made.json()
             # A person's seat played through the REST API.
             person = await new_game(http)
             # A person who never moves: the dispatcher's clock claims the timeout.
@@ -237,7 +244,7 @@ async def test_every_service_runs_as_its_own_user_and_plays_whole_games(
         assert not [t for t in tasks if not t.done() or t.exception()], "a service failed"
         # Nothing any service did on the way was refused, background work included.
         denied = await admin.acl_log()
-        assert denied == [], denied
+        assert denied == [], [(d["username"], d["object"], d["context"]) for d in denied]
 
         # The operator verifies every log against the read models: `agon verify`.
         capsys.readouterr()
@@ -293,7 +300,7 @@ Attempt = Callable[[Client, Keys], Awaitable[Any]]
 async def _commit(client: Client, keys: Keys) -> Any:
     """The engine's commit script (EVALSHA), appending an event to a game's log."""
     return await EventStore(client, keys).commit(
-        Commit(game_id=GAME, head=0, command_id="forged", reply=b"r", events=[b"e"])
+        Commit(game_id=GAME, head=0, memory="forged", reply=b"r", events=[b"e"])
     )
 
 

@@ -619,14 +619,16 @@ async def test_claim_timeout_only_after_the_deadline(
     assert "1 ms left" in (await h.reply(early)).message
     assert "no per-move time limit" in (await h.reply(no_clock)).message
     now[0] += 2  # past the deadline: a move arriving exactly at it would still count
-    # A remembered rejection stays the answer, even now that the claim would pass.
-    await h.send(early_claim)
     stale = await h.send(claim("g1", 3))
+    # A rejection is not remembered: the same claim sent again is decided afresh, and passes.
+    await h.send(early_claim)
     late = await h.send(claim("g1", 4))
     await engine.drain()
-    assert [r.code for r in (await h.replies())[early]] == ["illegal_move"] * 2
+    first, again = (await h.replies())[early]
+    assert isinstance(first, Rejected) and first.code == "illegal_move"
+    assert isinstance(again, Accepted) and again.seq == 5
     assert (await h.reply(stale)).code == "stale_seq"
-    assert (await h.reply(late)).seq == 5
+    assert (await h.reply(late)).code == "game_over"
     end = (await h.log("g1"))[-1]
     assert isinstance(end, GameEnded)
     assert (end.result, end.reason, end.time) == (2, "time_forfeit", 1_002_001)

@@ -36,7 +36,7 @@ from schemas.codec import (
 from schemas.commands import CreateGame, ImportGame, PlayMove, Resign, SeatPlayer, SeatSpec
 from schemas.events import GameCreated, PlayerSeated
 from schemas.replies import Accepted, Rejected, Reply
-from schemas.tokens import bot_token
+from schemas.tokens import bot_token, human_token
 from services.bus.clients import CommandClient, LogEntry, QueryClient
 from services.bus.keys import Keys
 from services.engine_service.decide import Reject, Rules
@@ -44,8 +44,11 @@ from services.export import (
     RAW,
     ExportError,
     export_jsonl,
+    export_signing_key,
     export_text,
     import_command,
+    origin_problem,
+    public_key_b64,
     read_jsonl,
     verify_export,
 )
@@ -96,10 +99,8 @@ def play(
         if spec.kind == "human":
             now += 1000
             taken = SeatPlayer(command_id=f"seat{seat}", game_id=gid, seat=seat, name=spec.name)
-            decision = RULES.decide(rec, taken, now)
-            assert decision.token is not None
-            tokens[seat] = decision.token
-            data += decision.events
+            data += RULES.decide(rec, taken, now).events
+            tokens[seat] = human_token(SECRET, gid, seat, taken.command_id)
     rng = random.Random(seed)
     n = 0
     while rec.end_reason is None:
@@ -370,6 +371,62 @@ def test_text_results_follow_the_log(game: str) -> None:
     assert unfinished.endswith(f"\n{numbered[-1]}\n*\n")
 
 
+# -- the server's signature ----------------------------------------------------------------------
+def test_a_signed_export_reads_as_its_events_and_proves_its_origin(teeko: list[LogEntry]) -> None:
+    key = export_signing_key(b"the deployment's secret")
+    assert public_key_b64(export_signing_key(b"the deployment's secret")) == public_key_b64(key)
+    text = export_jsonl(teeko, key)
+    lines = text.splitlines(keepends=True)
+    assert len(lines) == len(teeko) + 1 and "".join(lines[:-1]) == export_jsonl(teeko)
+    signature = json.loads(lines[-1])
+    assert signature["type"] == "signature" and signature["key"] == public_key_b64(key)
+    # The signature line is no event: reading, verifying and importing leave it out.
+    assert read_jsonl(text) == teeko
+    assert verify_export(text) == ("teeko-7", len(teeko), [])
+    assert len(import_command(text, "n", "c").events) == len(teeko)
+    assert origin_problem(text, key.public_key()) is None
+    other = export_signing_key(b"another deployment").public_key()
+    assert str(origin_problem(text, other)).startswith("origin: signed by another key")
+    assert str(origin_problem(export_jsonl(teeko), key.public_key())).startswith(
+        "origin: the export is not signed"
+    )
+    # One byte of the events changed under the server's signature (the same event to JSON).
+    edited = text.replace('"ply":0,', '"ply": 0,', 1)
+    assert edited != text
+    assert str(origin_problem(edited, key.public_key())).startswith(
+        "origin: the signature does not match"
+    )
+    # Only the last line may sign: one in the middle is a bad event line.
+    moved = "".join([lines[-1], *lines[:-1]])
+    assert verify_export(moved)[2][0] == "line 1: a signature line, which only the last line may be"
+
+
+def test_cli_checks_origin_with_a_key(teeko: list[LogEntry], tmp_path: Path) -> None:
+    key = export_signing_key(b"the deployment's secret")
+    signed = tmp_path / "signed.jsonl"
+    signed.write_text(export_jsonl(teeko, key))
+    out = agon(str(signed), "--key", public_key_b64(key))
+    assert (out.returncode, out.stderr) == (0, "")
+    assert (
+        out.stdout
+        == f"ok: game teeko-7, {len(teeko)} events, hash chain, replay and origin verified\n"
+    )
+    unkeyed = agon(str(signed))
+    assert unkeyed.returncode == 0 and "origin not checked" in unkeyed.stdout
+    other = public_key_b64(export_signing_key(b"another deployment"))
+    out = agon(str(signed), "--key", other)
+    assert out.returncode == 1 and len(out.stdout.splitlines()) == 1
+    assert out.stdout.startswith("origin: signed by another key")
+    for bad in (
+        ["--key", "not base64!"],
+        ["--gateway", "ftp://x"],
+        ["--gateway", "http://127.0.0.1:1"],
+    ):
+        out = agon(str(signed), *bad)
+        assert out.returncode == 2 and out.stdout == "", (bad, out)
+        assert len(out.stderr.splitlines()) == 1 and "Traceback" not in out.stderr
+
+
 # -- agon verify-export --------------------------------------------------------------------------
 def agon(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -439,6 +496,22 @@ def test_the_engine_imports_every_finished_game(game: str) -> None:
         assert changed == want
     assert verify_export(export_jsonl(new)) == ("imported", len(entries), [])
     assert "[ImportedFrom " in export_text(new)
+
+
+def test_the_engine_marks_an_import_and_drops_its_tournament_whatever_the_file_says(
+    teeko: list[LogEntry],
+) -> None:
+    # A forger's file: the GameCreated already says "imported from elsewhere" and names a
+    # tournament; re-chained, so the log itself holds.
+    first = decode_event(teeko[0].data).model_copy(
+        update={"imported_from": "elsewhere", "tournament": "t0123456789"}
+    )
+    datas = rechain([encode(first), *(e.data for e in teeko[1:])], 1)
+    forged = [LogEntry(n, d) for n, d in enumerate(datas, start=1)]
+    decision = RULES.decide(None, _import(forged), now=1)
+    created = decode_event(decision.events[0])
+    assert isinstance(created, GameCreated)
+    assert created.imported_from == "teeko-7" and created.tournament is None
 
 
 def test_ordinary_games_keep_their_bytes() -> None:

@@ -15,6 +15,9 @@ from services.export import verify_export
 from services.gateway.routes import ROUTES, openapi
 from tests.gateway import Arena, new_game, play_out, until, view
 
+#: A body sent as raw bytes, declared JSON (anything else is refused with 415).
+JSON_BODY = {"Content-Type": "application/json"}
+
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -75,7 +78,7 @@ async def test_a_refused_move_says_why_with_the_pipelines_code(client: TestClien
     assert (await view(client, gid))["seq"] == v["seq"]  # nothing changed
     resp = await client.post("/api/games/nope/moves", json={"move": "A1", "seq": 1, "token": "t"})
     assert resp.status == 404 and (await resp.json())["code"] == "unknown_game"
-    resp = await client.post(f"/api/games/{gid}/moves", data=b"{not json")
+    resp = await client.post(f"/api/games/{gid}/moves", data=b"{not json", headers=JSON_BODY)
     assert resp.status == 400 and (await resp.json())["code"] == "bad_request"
 
 
@@ -221,7 +224,7 @@ async def test_rate_limit_answers_429_with_retry_after(arena: Arena) -> None:
 
 async def test_oversized_bodies_are_refused(arena: Arena) -> None:
     client = await arena.gateway(max_body_bytes=1024)
-    resp = await client.post("/api/games", data=b"x" * 4096)
+    resp = await client.post("/api/games", data=b"x" * 4096, headers=JSON_BODY)
     assert resp.status == 413 and (await resp.json())["code"] == "too_large"
 
 
@@ -287,13 +290,16 @@ async def test_an_exported_game_imports_as_a_finished_game_and_a_tampered_one_do
     created = await new_game(client)
     end = await play_out(client, created["id"], created["tokens"][0])
     exported = await (await client.get(f"/api/games/{created['id']}/export")).text()
-    resp = await client.post("/api/games/import", data=exported)
+    registered = await client.post("/api/bots", json={"name": "importer"})
+    auth = {"Authorization": f"Bearer {(await registered.json())['key']}"}
+    resp = await client.post("/api/games/import", data=exported, headers=auth)
     assert resp.status == 201, await resp.text()
     imported = await view(client, (await resp.json())["id"])
     assert imported["status"] == "ended" and imported["moves"] == end["moves"]
     assert imported["result"] == end["result"] and imported["id"] != created["id"]
+    assert imported["imported_from"] == created["id"]
     lines = exported.splitlines()
     move = next(i for i, line in enumerate(lines) if '"move_played"' in line)
     lines[move] = lines[move].replace('"ply":0', '"ply":1')
-    resp = await client.post("/api/games/import", data="\n".join(lines))
+    resp = await client.post("/api/games/import", data="\n".join(lines), headers=auth)
     assert resp.status == 422 and (await resp.json())["code"] == "invalid_import"

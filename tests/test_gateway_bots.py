@@ -9,19 +9,25 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from bots.sdk.client import register_bot, run_bot
+from bots.sdk.client import AuthError, register_bot, rotate_key, run_bot, set_accept_challenges
 from bots.sdk.example import choose
 from schemas.api import EndedMessage, decode_bot_server_message, decode_server_message
 from schemas.tokens import stamped_deadline
+from services.bus.connection import connect
+from services.bus.keys import Keys
 from services.gateway import appkeys
-from services.gateway.bots import STREAMS_PER_BOT
+from services.gateway.live import TurnReader
+from services.gateway.turns import STREAMS_PER_BOT
+from tests.cluster import ClusterTarget
 from tests.gateway import Arena, new_game, play_out, until, view
 
 pytestmark = pytest.mark.timeout(120)
 
 
-async def register(client: TestClient, name: str) -> str:
-    resp = await client.post("/api/bots", json={"name": name})
+async def register(client: TestClient, name: str, *, accept_challenges: bool = True) -> str:
+    """Register `name`; by default it accepts challenges, so any test may seat it."""
+    body = {"name": name, "accept_challenges": accept_challenges}
+    resp = await client.post("/api/bots", json=body)
     assert resp.status == 201, await resp.text()
     key: str = (await resp.json())["key"]
     return key
@@ -39,7 +45,7 @@ async def test_registration_shows_the_key_once_and_keeps_only_its_hash(
     assert again.status == 409 and (await again.json())["code"] == "name_taken"
     for builtin in ("random", "random.x"):  # a label names another of the built-in bot
         taken = await client.post("/api/bots", json={"name": builtin})
-        assert taken.status == 409 and (await taken.json())["code"] == "name_taken", builtin
+        assert taken.status == 409 and (await taken.json())["code"] == "name_reserved", builtin
     keys, redis = arena.keys, arena.redis
     stored = repr(
         [await redis.hgetall(keys.registered_bots()), await redis.hgetall(keys.bot_key_hashes())]
@@ -53,8 +59,11 @@ async def test_registration_shows_the_key_once_and_keeps_only_its_hash(
 async def test_a_bot_streams_its_turns_answers_them_and_hears_the_result(
     client: TestClient,
 ) -> None:
-    key = await register(client, "streamer")
-    created = await new_game(client, seats=[{"bot": "streamer"}, {"bot": "random"}])
+    key = await register(client, "streamer", accept_challenges=False)
+    body = {"game": "teeko", "seats": [{"bot": "streamer"}, {"bot": "random"}]}
+    resp = await client.post("/api/games", json=body, headers=auth(key))  # its own game
+    assert resp.status == 201, await resp.text()
+    created = await resp.json()
     gid = created["id"]
     stream = await client.get("/api/bot/stream", headers=auth(key))
     assert stream.headers["Content-Type"].startswith("application/x-ndjson")
@@ -126,7 +135,7 @@ async def test_the_sdk_example_bot_plays_supply_chains_to_the_end(
     arena: Arena, client: TestClient
 ) -> None:
     url = str(client.make_url("")).rstrip("/")
-    key = await register_bot(url, "example")
+    key = await register_bot(url, "example", accept_challenges=True)
     created = await new_game(client, "supply-chains", seats=[{"bot": "random"}, {"bot": "example"}])
     results: list[Any] = []
     stop = asyncio.Event()
@@ -181,7 +190,7 @@ async def test_a_bot_may_hold_only_a_few_streams_per_gateway(client: TestClient)
     held = [await client.get("/api/bot/stream", headers=auth(key)) for _ in range(STREAMS_PER_BOT)]
     assert {r.status for r in held} == {200}
     refused = await client.get("/api/bot/stream", headers=auth(key))
-    assert refused.status == 429 and (await refused.json())["code"] == "rate_limited"
+    assert refused.status == 429 and (await refused.json())["code"] == "too_many_streams"
     held[0].close()
     again = await until(lambda: _opened(client, key))
     assert again
@@ -211,3 +220,56 @@ async def test_socket_messages_count_against_the_rate_limit(arena: Arena) -> Non
             break
     assert "rate_limited" in kinds and "ping" in kinds
     await ws.close()
+
+
+async def _reader_delivers_each_inbox_to_its_listeners(redis: Any, keys: Keys) -> None:
+    """One TurnReader follows several bots' inboxes and hands each entry to the listeners of
+    its bot only; a bot whose last listener went is no longer read."""
+    reader = TurnReader(redis, keys, "gw-test")
+    stop = asyncio.Event()
+    running = asyncio.create_task(reader.run(stop))
+    try:
+        listeners = {b: [reader.listen(b, "h"), reader.listen(b, "h")] for b in ("a", "b", "c")}
+        for bot in listeners:
+            reader.start(bot, "0-0")
+        for bot in ("a", "c"):
+            await redis.xadd(keys.bot_turns(bot), {"m": f"turn of {bot}"})
+        for bot, pair in listeners.items():
+            for listener in pair:
+                entries, _ = await listener.take(0.5 if bot == "b" else 5.0)
+                sent = [e[1][b"m"].decode() for e in entries]
+                assert sent == ([] if bot == "b" else [f"turn of {bot}"]), (bot, sent)
+        for listener in listeners["a"]:
+            reader.unlisten(listener)
+        assert "a" not in reader.last and reader.streams("b") == 2
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 5)
+
+
+async def test_one_reader_fans_inboxes_out(redis: Any, namespace: str) -> None:
+    await _reader_delivers_each_inbox_to_its_listeners(redis, Keys(prefix=namespace))
+
+
+async def test_one_reader_fans_inboxes_out_on_a_cluster(cluster_url: ClusterTarget) -> None:
+    redis = await connect(cluster_url.url)
+    try:
+        await _reader_delivers_each_inbox_to_its_listeners(redis, Keys(prefix=cluster_url.prefix))
+    finally:
+        await redis.aclose()
+
+
+async def test_the_sdk_rotates_its_key_and_sets_its_consent(client: TestClient) -> None:
+    url = str(client.make_url("")).rstrip("/")
+    old = await register_bot(url, "sdk-bot")
+    refused = await client.post("/api/games", json={"game": "teeko", "seats": SDK_SEATS})
+    assert refused.status == 403 and (await refused.json())["code"] == "bot_consent_required"
+    new = await rotate_key(url, "sdk-bot", old)
+    with pytest.raises(AuthError):
+        await set_accept_challenges(url, "sdk-bot", old, True)
+    await set_accept_challenges(url, "sdk-bot", new, True)
+    accepted = await client.post("/api/games", json={"game": "teeko", "seats": SDK_SEATS})
+    assert accepted.status == 201, await accepted.text()
+
+
+SDK_SEATS = [{"bot": "sdk-bot"}, {"bot": "random"}]

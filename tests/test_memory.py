@@ -27,6 +27,7 @@ from services.bus.keys import DISPATCHER_GROUP, ENGINE_GROUP, PROJECTOR_GROUP, K
 from services.bus.secret import shared_secret
 from services.dispatcher import Dispatcher
 from services.engine_service import EngineService
+from services.engine_service.decide import DIGEST_BYTES
 from services.projector import Projector, verify
 from services.projector.live import FEED_GROUPS
 from services.runtime import ENGINE, ServiceSet, create_games, wait_until_ended
@@ -191,7 +192,8 @@ async def test_reply_memory_expires_after_the_idempotency_window(
     assert await engine.drain() == 1
     [(_, reply)] = await redis.xrange(reply_to)
     memory = keys.replies_memory("short")
-    assert await redis.hget(memory, "create-short") == reply[FIELD.encode()]
+    remembered = await redis.hget(memory, "create create-short")
+    assert remembered is not None and remembered[DIGEST_BYTES:] == reply[FIELD.encode()]
     assert await redis.pttl(memory) == -1
     await CommandClient(redis, keys).send([await abort(redis, keys, "short")])
     assert await engine.drain() == 1

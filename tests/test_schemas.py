@@ -330,6 +330,7 @@ def test_reject_codes_are_the_closed_set_of_the_issue() -> None:
         "malformed",
         "too_large",
         "invalid_import",
+        "reused_command_id",
     }
     with pytest.raises(ValidationError):
         Rejected(command_id="c", code="nope", message="")

@@ -95,6 +95,7 @@ class FakeGateway:
         self.moves: list[tuple[str, dict[str, Any]]] = []
         self.move_times: list[float] = []
         self.names: set[str] = set()
+        self.registrations: list[dict[str, Any]] = []
         self.closed = asyncio.Event()
 
     def app(self) -> web.Application:
@@ -119,7 +120,9 @@ class FakeGateway:
         return web.json_response({"seq": self.moves[-1][1]["seq"] + 1})
 
     async def register(self, request: web.Request) -> web.Response:
-        name = (await request.json())["name"]
+        body = await request.json()
+        self.registrations.append(body)
+        name = body["name"]
         if name in self.names:
             return error_body(409, "name_taken")
         self.names.add(name)
@@ -441,6 +444,9 @@ async def test_register_bot_returns_the_key_and_refuses_a_taken_name(gw: FakeGat
     assert await register_bot(gw.url, "mybot") == "key-of-mybot"
     with pytest.raises(BotError, match="'mybot' is taken"):
         await register_bot(gw.url, "mybot")
+    # Consent is the bot's to give: only on request may anyone seat it.
+    await register_bot(gw.url, "willing", accept_challenges=True)
+    assert [r["accept_challenges"] for r in gw.registrations] == [False, False, True]
 
 
 @pytest.mark.parametrize(

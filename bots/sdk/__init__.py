@@ -20,11 +20,32 @@ stream open (reconnecting with backoff), rebuilds each position from the turn's 
 answers each turn once with the right seq, skips turns whose deadline has passed, falls back
 to the first legal move when `choose` fails or returns an illegal move, and logs each game's
 result. From Python, `await run_bot(url, key, choose, stop=event)` does the same;
+`rotate_key` replaces a leaked key. A bot plays only the games created with its key (as
+`Authorization: Bearer KEY`), unless it accepts challenges (`--accept-challenges`,
+`register_bot(..., accept_challenges=True)` or `set_accept_challenges`);
 `bots.sdk.example` is a bot that takes an immediate win when it sees one.
 
 The SDK imports only `engine`, `schemas` and aiohttp, never `services`.
 """
 
-from bots.sdk.client import AuthError, BotError, Choose, OnResult, register_bot, run_bot
+from bots.sdk.client import (
+    AuthError,
+    BotError,
+    Choose,
+    OnResult,
+    register_bot,
+    rotate_key,
+    run_bot,
+    set_accept_challenges,
+)
 
-__all__ = ["AuthError", "BotError", "Choose", "OnResult", "register_bot", "run_bot"]
+__all__ = [
+    "AuthError",
+    "BotError",
+    "Choose",
+    "OnResult",
+    "register_bot",
+    "rotate_key",
+    "run_bot",
+    "set_accept_challenges",
+]

@@ -1,6 +1,6 @@
 """`agon-bot` (or `python -m bots.sdk`): run a bot function against an Agon gateway.
 
-    agon-bot --url URL [--key KEY] [--register NAME] [-v] module:function
+    agon-bot --url URL [--key KEY] [--register NAME [--accept-challenges]] [-v] module:function
 
 `--key` defaults to $AGON_BOT_KEY and `--url` to $AGON_URL. `--register NAME` registers the
 bot first and prints its key (shown only once); without `module:function` it only registers.
@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         choose = _plan(args)
         if args.register:
-            args.key = asyncio.run(_register(args.url, args.register))
+            args.key = asyncio.run(_register(args.url, args.register, args.accept_challenges))
         if choose is None:
             return 0
         asyncio.run(_serve(args.url, args.key, choose))
@@ -61,6 +61,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--url", default=os.environ.get("AGON_URL"), help="the gateway's URL")
     parser.add_argument("--key", default=os.environ.get("AGON_BOT_KEY"), help="the bot's key")
     parser.add_argument("--register", metavar="NAME", help="register a bot first; print its key")
+    parser.add_argument(
+        "--accept-challenges",
+        action="store_true",
+        help="with --register: anyone may seat the bot in a game (else only with its key)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
 
@@ -94,9 +99,9 @@ def load_choose(target: str) -> Choose:
     return cast(Choose, choose)
 
 
-async def _register(url: str, name: str) -> str:
+async def _register(url: str, name: str, accept_challenges: bool) -> str:
     try:
-        key = await register_bot(url, name)
+        key = await register_bot(url, name, accept_challenges=accept_challenges)
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise BotError(f"cannot reach {url}: {type(exc).__name__}: {exc}") from None
     print(f"registered bot {name}; its key (shown once, keep it): {key}", flush=True)

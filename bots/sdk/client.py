@@ -9,7 +9,9 @@ often it arrives; a turn whose deadline has passed is skipped.
 
 The connection comes back by itself: a lost stream, a 5xx or a 429 is retried with capped
 exponential backoff and jitter, one log line per attempt. A 401 (a bad key) is final:
-`AuthError`, never retried.
+`AuthError`, never retried. `rotate_key` replaces a key (the old one stops working at once)
+and `set_accept_challenges` says whether anyone may seat the bot in a game, or only a
+creator bearing its key.
 """
 
 from __future__ import annotations
@@ -108,17 +110,43 @@ async def run_bot(
             _reraise_unless_stopped(failed)
 
 
-async def register_bot(url: str, name: str) -> str:
-    """Register a bot called `name`; return its key (the gateway shows it only this once)."""
+async def register_bot(url: str, name: str, *, accept_challenges: bool = False) -> str:
+    """Register a bot called `name`; return its key (the gateway shows it only this once).
+
+    Without `accept_challenges` the bot plays only the games created with its key (as
+    `Authorization: Bearer KEY` on `POST /api/games`); with it, anyone may seat it.
+    """
+    body = {"name": name, "accept_challenges": accept_challenges}
     async with (
         aiohttp.ClientSession() as session,
-        session.post(f"{_base(url)}/api/bots", json={"name": name}) as resp,
+        session.post(f"{_base(url)}/api/bots", json=body) as resp,
     ):
         if resp.status == 409:
-            raise BotError(f"the bot name {name!r} is taken")
+            raise BotError(
+                f"the bot name {name!r} is taken or reserved ({await _error_text(resp)})"
+            )
         if resp.status not in (200, 201):
             raise BotError(f"cannot register {name!r}: {resp.status} {await _error_text(resp)}")
         return BotKeyBody.model_validate_json(await resp.text()).key
+
+
+async def rotate_key(url: str, name: str, key: str) -> str:
+    """A new key for the bot in place of `key`, which stops working (shown only this once)."""
+    async with (
+        aiohttp.ClientSession(headers={"Authorization": f"Bearer {key}"}) as session,
+        session.post(f"{_base(url)}/api/bots/{name}/key") as resp,
+    ):
+        await _check_owner(resp, f"cannot rotate the key of {name!r}")
+        return BotKeyBody.model_validate_json(await resp.text()).key
+
+
+async def set_accept_challenges(url: str, name: str, key: str, accept: bool) -> None:
+    """Whether anyone may seat the bot in a game (else only a creator bearing its key)."""
+    async with (
+        aiohttp.ClientSession(headers={"Authorization": f"Bearer {key}"}) as session,
+        session.patch(f"{_base(url)}/api/bots/{name}", json={"accept_challenges": accept}) as resp,
+    ):
+        await _check_owner(resp, f"cannot change the settings of {name!r}")
 
 
 # -- the bot's side of the stream ---------------------------------------------------------------
@@ -403,6 +431,13 @@ def _raise_for_retry(resp: aiohttp.ClientResponse, what: str) -> None:
         raise _Retry(f"{what}: gateway error {resp.status}")
 
 
+async def _check_owner(resp: aiohttp.ClientResponse, what: str) -> None:
+    if resp.status == 401:
+        raise AuthError(f"{what}: the gateway refused the bot key (401 {await _error_text(resp)})")
+    if resp.status not in (200, 201):
+        raise BotError(f"{what}: {resp.status} {await _error_text(resp)}")
+
+
 async def _check_stream(resp: aiohttp.ClientResponse) -> None:
     if resp.status == 200:
         return
@@ -443,4 +478,13 @@ def _reraise_unless_stopped(failed: ExceptionGroup[Exception]) -> None:
         raise errors[0] from None
 
 
-__all__ = ["AuthError", "BotError", "Choose", "OnResult", "register_bot", "run_bot"]
+__all__ = [
+    "AuthError",
+    "BotError",
+    "Choose",
+    "OnResult",
+    "register_bot",
+    "rotate_key",
+    "run_bot",
+    "set_accept_challenges",
+]

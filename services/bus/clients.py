@@ -29,7 +29,7 @@ from schemas.codec import FIELD, FIELD_BYTES, DecodeError, decode_event, decode_
 from schemas.commands import Command
 from schemas.events import Event
 from schemas.replies import Reply
-from services.bus.connection import TRANSIENT_ERRORS, Client
+from services.bus.connection import TRANSIENT_ERRORS, WRITES_REFUSED, Client
 from services.bus.consumer import as_text, now_ms
 from services.bus.keys import WORKERS_GROUP, Keys
 from services.bus.scripts import confirmed, run_replicated
@@ -196,27 +196,32 @@ class CommandClient:
         """Send commands (each with `reply_to` this client's stream) and await every reply.
 
         A command whose reply is late is sent again with the same id, `retries` times, then
-        `TimeoutError` names the ones that got no answer.
+        `TimeoutError` names the ones that got no answer. Redis refusing the writes (out of
+        memory) raises at once: backpressure for the caller to pass on, not a reason to wait.
         """
         self.start()
         timeout = self.timeout_s if timeout_s is None else timeout_s
         addressed = [self._addressed(c) for c in commands]
         futures = {c.command_id: self._future(c.command_id) for c in addressed}
         todo = list(addressed)
-        for attempt in range(retries + 1):
-            try:
-                await self.send(todo)
-            except TRANSIENT_ERRORS:
-                if attempt == retries:
+        try:
+            for attempt in range(retries + 1):
+                try:
+                    await self.send(todo)
+                except WRITES_REFUSED:
                     raise
-            pending = [futures[c.command_id] for c in todo]
-            await asyncio.wait(pending, timeout=timeout)
-            todo = [c for c in todo if not futures[c.command_id].done()]
-            if not todo:
-                break
-            log.info("no reply yet for %d commands; sending them again", len(todo))
-        for c in addressed:
-            self._waiting.pop(c.command_id, None)
+                except TRANSIENT_ERRORS:
+                    if attempt == retries:
+                        raise
+                pending = [futures[c.command_id] for c in todo]
+                await asyncio.wait(pending, timeout=timeout)
+                todo = [c for c in todo if not futures[c.command_id].done()]
+                if not todo:
+                    break
+                log.info("no reply yet for %d commands; sending them again", len(todo))
+        finally:
+            for c in addressed:
+                self._waiting.pop(c.command_id, None)
         if todo:
             ids = ", ".join(c.command_id for c in todo[:5])
             raise TimeoutError(f"no reply from the engine for {len(todo)} command(s): {ids}")
@@ -352,31 +357,79 @@ class QueryClient:
         if status is not None and status not in STATUSES:
             raise ValueError(f"status must be one of {', '.join(STATUSES)}, not {status!r}")
         before = _parse_cursor(cursor)
-        pipe = self.redis.pipeline(transaction=False)
-        for p in self.keys.all_partitions():
-            names = self._index_keys(p, status, game, player)
-            top = "+inf" if before is None else before[0]
-            if len(names) == 1:
-                pipe.zrange(
-                    names[0], top, "-inf", desc=True, byscore=True, offset=0,
-                    num=limit + 64, withscores=True,
-                )  # fmt: skip
-            else:
-                pipe.zinter(names, aggregate="MIN", withscores=True)
-        found: list[tuple[float, str]] = []
-        for members in await pipe.execute():
-            for member, score in members:
-                key = (float(score), as_text(member))
-                if before is None or key < before:
-                    found.append(key)
-        found.sort(reverse=True)
-        chosen = found[:limit]
+        found, floor = await self._walk(
+            [self._index_keys(p, status, game, player) for p in self.keys.all_partitions()],
+            before,
+            limit,
+        )
+        # A partition walked only down to `floor` may hold more games below it: the page
+        # stops there (maybe short, or empty with a cursor) rather than skip them.
+        listed = [k for k in found if floor is None or k >= floor]
+        listed.sort(reverse=True)
+        chosen = listed[:limit]
         views = await self.views([gid for _, gid in chosen])
         page = GamePage(games=[v for v in views if v is not None])
-        if len(found) > limit and chosen:
-            last = chosen[-1]
+        last = chosen[-1] if chosen else floor
+        if last is not None and (len(listed) > limit or floor is not None):
             page.cursor = f"{int(last[0])}:{last[1]}"
         return page
+
+    async def _walk(
+        self, names: list[list[str]], before: tuple[float, str] | None, limit: int
+    ) -> tuple[list[tuple[float, str]], tuple[float, str] | None]:
+        """Each partition's games below `before`, newest first, in every index of its
+        `names`: a page's worth, read in O(page) whatever the indexes hold. The last index
+        (the most selective filter named) is walked in chunks, the others only asked
+        about the chunk's games (ZMSCORE), for at most `WALK_ROUNDS` chunks, each 4 times
+        the last: a page and one the first (all a partition needs when every game
+        matches), more while a sparse filter needs them. Returns what matched and the
+        lowest game a partition cut short was walked to (None: none was)."""
+        top = "+inf" if before is None else before[0]
+        found: list[tuple[float, str]] = []
+        floor: tuple[float, str] | None = None
+        walking = {p: 0 for p in range(len(names))}  # partition -> how many it has walked
+        matched = dict.fromkeys(walking, 0)
+        for round_ in range(WALK_ROUNDS):
+            chunk = (limit + 1) * 4**round_
+            pipe = self.redis.pipeline(transaction=False)
+            for p, offset in walking.items():
+                pipe.zrange(
+                    names[p][-1], top, "-inf", desc=True, byscore=True, offset=offset,
+                    num=chunk, withscores=True,
+                )  # fmt: skip
+            chunks = dict(zip(walking, await pipe.execute(), strict=True))
+            candidates = {
+                p: [
+                    key
+                    for key in ((float(s), as_text(m)) for m, s in rows)
+                    if before is None or key < before
+                ]
+                for p, rows in chunks.items()
+            }
+            pipe = self.redis.pipeline(transaction=False)
+            asked = [(p, name) for p in chunks for name in names[p][:-1] if candidates[p]]
+            for p, name in asked:
+                pipe.zmscore(name, [gid for _, gid in candidates[p]])
+            answers: dict[int, list[list[Any]]] = {}
+            for (p, _), scores in zip(asked, await pipe.execute(), strict=True):
+                answers.setdefault(p, []).append(scores)
+            for p, rows in chunks.items():
+                keep = [
+                    key
+                    for i, key in enumerate(candidates[p])
+                    if all(scores[i] is not None for scores in answers.get(p, []))
+                ]
+                found += keep
+                matched[p] += len(keep)
+                walking[p] += len(rows)
+                if len(rows) < chunk or matched[p] > limit:
+                    del walking[p]  # walked to its end, or walked enough for a page
+                elif round_ == WALK_ROUNDS - 1 and candidates[p]:
+                    low = candidates[p][-1]
+                    floor = low if floor is None else max(floor, low)
+            if not walking:
+                break
+        return found, floor
 
     def _index_keys(
         self, p: int, status: str | None, game: str | None, player: str | None
@@ -438,6 +491,10 @@ class QueryClient:
             pending_turns=pending,
             undelivered_turns=undelivered,
         )
+
+
+#: Chunks of one index a page walks in a partition at most (`QueryClient._walk`).
+WALK_ROUNDS = 4
 
 
 def _parse_cursor(cursor: str | None) -> tuple[float, str] | None:

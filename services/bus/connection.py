@@ -30,6 +30,8 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import (
     AuthenticationError,
     ClusterDownError,
+    OutOfMemoryError,
+    ReadOnlyError,
     RedisClusterException,
     TryAgainError,
 )
@@ -47,8 +49,14 @@ class ReplicasBehind(RuntimeError):
     it: a moment of a failover, like a dropped connection; the work is done again."""
 
 
-#: Errors that say Redis is away for a moment (restart, failover), not that a request is bad.
+#: Redis refusing writes for a while: out of memory (`maxmemory` with noeviction), or a
+#: master turned replica in a failover. Backpressure, never a verdict on the entry at hand.
+WRITES_REFUSED: tuple[type[Exception], ...] = (OutOfMemoryError, ReadOnlyError)
+
+#: Errors that say Redis is away for a moment (restart, failover, a spell out of memory), not
+#: that a request is bad.
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
+    *WRITES_REFUSED,
     ReplicasBehind,
     RedisConnectionError,
     RedisTimeoutError,

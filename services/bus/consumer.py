@@ -47,9 +47,11 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from schemas.codec import FIELD, FIELD_BYTES
+from services.bus import outages
 from services.bus.cache import LRU
-from services.bus.connection import TRANSIENT_ERRORS, Client, is_cluster
+from services.bus.connection import TRANSIENT_ERRORS, WRITES_REFUSED, Client, is_cluster
 from services.bus.keys import Keys
+from services.bus.outages import WriteWatch
 
 log = logging.getLogger("agon.bus")
 
@@ -620,6 +622,7 @@ class StreamConsumer:
             claim_idle_ms=claim_idle_ms,
             max_deliveries=max_deliveries,
         )
+        self.write_watch = WriteWatch()
 
     async def process(self, entries: Sequence[Entry]) -> None:
         """Write the effects of a batch, then acknowledge it."""
@@ -652,11 +655,41 @@ class StreamConsumer:
         await self.reader.setup()
 
     async def heartbeat(self) -> None:
-        """Tell the others this consumer is alive (and what it has done)."""
-        await write_heartbeat(
-            self.redis, self.reader.heartbeats, self.reader.consumer, self.role,
-            self.reader.group, **self.stats(),
-        )  # fmt: skip
+        """Tell the others this consumer is alive (and what it has done); a write, so it
+        also finds out whether Redis takes writes, and records the spell when it did not."""
+        try:
+            await write_heartbeat(
+                self.redis, self.reader.heartbeats, self.reader.consumer, self.role,
+                self.reader.group, **self.stats(),
+            )  # fmt: skip
+        except WRITES_REFUSED:
+            self.write_watch.refused()
+            raise
+        spell = self.write_watch.accepted()
+        if spell is not None:
+            log.warning(
+                "%s: Redis takes writes again after refusing them for %.1f s; no move clock"
+                " ran meanwhile",
+                self.reader.consumer,
+                (spell[1] - spell[0]) / 1000,
+            )
+            await outages.record(self.redis, self.keys, spell)
+            self.write_watch.recorded()
+
+    async def _until_writes_accepted(self, stop: asyncio.Event) -> None:
+        """Backpressure: Redis refuses writes (out of memory, say). Nothing is read, set aside
+        or acknowledged meanwhile; the heartbeat probes until a write goes through."""
+        log.warning(
+            "%s: Redis refuses writes; pausing until it takes them again", self.reader.consumer
+        )
+        pause = RETRY_PAUSE_S / 4
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), pause)
+            pause = min(pause * 2, RETRY_PAUSE_S * 2)
+            with contextlib.suppress(*TRANSIENT_ERRORS):
+                await self.heartbeat()
+                return
 
     async def _every(self, seconds: float, work: Any, done: asyncio.Event) -> None:
         """Run `work()` every `seconds` until `done`, beside the loop: a failure (Redis away)
@@ -695,7 +728,10 @@ class StreamConsumer:
                 except Exception as exc:
                     # Redis is away, or something failed outside any one entry. The batch
                     # is still pending with this consumer: read it again first.
-                    if isinstance(exc, TRANSIENT_ERRORS):
+                    if isinstance(exc, WRITES_REFUSED):
+                        self.write_watch.refused()
+                        await self._until_writes_accepted(stop)
+                    elif isinstance(exc, TRANSIENT_ERRORS):
                         log.warning("%s: Redis unavailable (%s); retrying", name, exc)
                     else:
                         log.exception("%s: batch failed; retrying", name)

@@ -27,10 +27,12 @@ Layout, for prefix "agon" and partition p:
     agon:tournaments                    zset tournament id -> creation time (ms)
     agon:tournaments:active             zset of the tournaments a director still runs
     agon:bot:{<bot>}:turns              a bot's inbox; group `workers`
+    agon:bots / :keys / :names          outside bots: records, key hashes, case-folded names
     agon:readers:dead                   feed and inbox entries set aside by their readers
     agon:replies:<name>                 a reply stream (e.g. one per gateway or CLI process)
     agon:processes                      hash consumer name -> heartbeat (JSON: role, time, stats)
     agon:secret                         the generated server secret, when AGON_SECRET is unset
+    agon:quota:{<action>:<principal>}   a principal's token bucket for an action (quotas)
 
 On a Redis Cluster every `{p}` key of a partition lives in one hash slot; keys without a
 tag (reply streams, the heartbeat hash, the readers' dead letters) are each used alone.
@@ -106,6 +108,16 @@ class Keys:
         """The server secret shared through Redis when the operator sets none."""
         return f"{self.prefix}:secret"
 
+    def quota(self, action: str, principal: str) -> str:
+        """A principal's token bucket for an action, shared by every gateway (`quotas.take`);
+        its own hash slot on a cluster."""
+        return f"{self.prefix}:quota:{{{action}:{principal}}}"
+
+    def outages(self) -> str:
+        """The spells in which Redis refused the platform's writes (`services.bus.outages`):
+        no move clock runs in them."""
+        return f"{self.prefix}:outages"
+
     def processes(self) -> str:
         """Every consumer's heartbeat: how dead consumers are noticed, and what `status` shows."""
         return f"{self.prefix}:processes"
@@ -129,6 +141,10 @@ class Keys:
     def bot_key_hashes(self) -> str:
         """sha256 of each outside bot's key -> its name: how the gateway knows who knocks."""
         return f"{self.prefix}:bots:keys"
+
+    def bot_names(self) -> str:
+        """Each outside bot's case-folded name -> its name: names differ in more than case."""
+        return f"{self.prefix}:bots:names"
 
     # -- replies to clients -------------------------------------------------------------
     def reply_stream(self, name: str) -> str:

@@ -13,6 +13,13 @@ deadline runs from the head event, or from when the dispatcher handed a bot its 
 the command carries that turn's signed deadline (`schemas.tokens.clock_stamp`), whichever
 is later: the platform's lag in getting the turn to the bot is not the bot's time.
 
+Every command is decided for a principal, the one its credentials prove (`principal`): a
+seat once its token matched, the operator once the admin token matched, and the roles that
+need none (joining an open seat, claiming a timeout, creating, importing). The engine
+service keeps a command's reply under that principal and its command id, so no client can
+name, pre-empt or poison another principal's ids: a command that fails authentication has
+no principal, and nothing is looked up or remembered for it.
+
 `ImportGame` creates a game from a finished game's exported log: checked as `agon verify`
 checks a log (hash chain, seqs, a replay move for move), then appended whole, re-keyed to
 the new id and re-chained (`services.export`).
@@ -20,6 +27,7 @@ the new id and re-chained (`services.export`).
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -61,24 +69,66 @@ from schemas.replies import RejectCode
 from schemas.tokens import (
     admin_token,
     bot_token,
-    new_human_token,
+    human_token,
     stamped_deadline,
     token_hash,
     token_matches,
     tokens_equal,
 )
 from services.bus.clients import LogEntry
+from services.bus.outages import paused_ms
 from services.export import log_problems, rekeyed
 from services.projector.fold import GameFold, fold
 
 
 class Reject(Exception):
-    """A command the rules, the seats or the log refuse; becomes a `Rejected` reply."""
+    """A command the rules, the seats or the log refuse; becomes a `Rejected` reply.
+
+    `principal` is who the command was proved to come from before it was refused ("" when
+    it failed authentication): a retry of an accepted command, refused now that the log has
+    moved on, still finds its first reply under that principal."""
 
     def __init__(self, code: RejectCode, message: str) -> None:
         super().__init__(message)
         self.code: RejectCode = code
         self.message = message
+        self.principal = ""
+
+
+#: The principals that need no credentials: whoever may join an open seat, claim a
+#: timeout (only a deadline that has passed is accepted), create or import a game.
+JOINER, CLOCK, CREATOR, IMPORTER = "join", "clock", "create", "import"
+#: The operator, proved by the admin token.
+OPERATOR = "admin"
+#: Bytes of `request_digest`.
+DIGEST_BYTES = 8
+
+
+def seat_principal(seat: int) -> str:
+    """The principal of a seat, proved by its token."""
+    return f"seat{seat}"
+
+
+def memory_key(principal: str, command_id: str) -> str:
+    """Where a command's reply is remembered: its id within its principal's ("": nowhere,
+    for a command whose credentials failed). A principal holds no space, so keys of two
+    principals never meet."""
+    return f"{principal} {command_id}" if principal else ""
+
+
+def request_digest(cmd: Command) -> bytes:
+    """What a command asks for, apart from its id, credentials and return address.
+
+    The engine keeps it beside a remembered reply: a retry carries the same request and gets
+    the first reply again; another request under a used id is refused, not answered with a
+    reply that was not its own (as Stripe treats an idempotency key reused with another body).
+    """
+    if isinstance(cmd, PlayMove):  # the hot path: no model dump
+        body = f"move|{cmd.seat}|{cmd.move}|{cmd.expected_seq}".encode()
+    else:
+        fields = cmd.model_dump(exclude={"command_id", "reply_to", "token", "clock"})
+        body = msgpack.packb(fields, use_bin_type=True)
+    return hashlib.blake2b(body, digest_size=DIGEST_BYTES).digest()
 
 
 # -- the functional core ---------------------------------------------------------------
@@ -178,11 +228,12 @@ def _event_map(event: EventBase) -> EventMap:
 
 @dataclass
 class Decision:
-    """The effect of an accepted command: encoded events (already folded into `record`)."""
+    """The effect of an accepted command: encoded events (already folded into `record`),
+    for `principal`."""
 
     record: GameRecord
     events: list[bytes]
-    token: str | None = None
+    principal: str
 
 
 class Rules:
@@ -191,6 +242,9 @@ class Rules:
     def __init__(self, secret: bytes) -> None:
         self.secret = secret
         self._admin = admin_token(secret)
+        #: Spells in which Redis refused the platform's writes (`services.bus.outages`): no
+        #: clock runs in them. The engine service keeps them current.
+        self.outages: Sequence[tuple[int, int]] = ()
 
     def decide(
         self, rec: GameRecord | None, cmd: Command, now: int, arrived: int | None = None
@@ -202,21 +256,46 @@ class Rules:
         accept, so a rejection leaves it intact.
         """
         arrived = now if arrived is None else arrived
+        if isinstance(cmd, CreateGame | ImportGame):
+            principal = CREATOR if isinstance(cmd, CreateGame) else IMPORTER
+        elif rec is None:
+            raise Reject("unknown_game", f"no game {cmd.game_id}")
+        else:
+            principal = self.principal(rec, cmd)
+        try:
+            return self._decide(rec, cmd, now, arrived, principal)
+        except Reject as rej:
+            rej.principal = principal
+            raise
+
+    def principal(self, rec: GameRecord, cmd: Command) -> str:
+        """Who `cmd` speaks for, its credentials checked (`Reject` with `bad_token` if they
+        do not match): a seat's token, the admin token, or a role that needs none."""
+        if isinstance(cmd, PlayMove | Resign) or (isinstance(cmd, Abort) and cmd.seat):
+            self._check_token(rec, cmd.seat, cmd.token)
+            return seat_principal(cmd.seat)
+        if isinstance(cmd, Abort):
+            if not tokens_equal(cmd.token, self._admin):
+                raise Reject("bad_token", "the admin token does not match")
+            return OPERATOR
+        return JOINER if isinstance(cmd, SeatPlayer) else CLOCK
+
+    def _decide(
+        self, rec: GameRecord | None, cmd: Command, now: int, arrived: int, principal: str
+    ) -> Decision:
         if isinstance(cmd, CreateGame):
             return self._create(rec, cmd, now)
         if isinstance(cmd, ImportGame):
             return self._import(rec, cmd)
-        if rec is None:
-            raise Reject("unknown_game", f"no game {cmd.game_id}")
+        assert rec is not None  # `decide` refused a command for no game
         if rec.end_reason is not None:
             raise Reject("game_over", f"game {cmd.game_id} is over ({rec.end_reason})")
-        out = Decision(rec, [])
+        out = Decision(rec, [], principal)
         if isinstance(cmd, SeatPlayer):
-            out.token = self._seat(out, cmd, now)
+            self._seat(out, cmd, now)
         elif isinstance(cmd, PlayMove):
             self._play(out, cmd, now, arrived)
         elif isinstance(cmd, Resign):
-            self._check_token(rec, cmd.seat, cmd.token)
             self._end(
                 out,
                 cmd,
@@ -271,7 +350,7 @@ class Rules:
             tournament=cmd.tournament,
         )
         data = encode(created)
-        out = Decision(GameRecord.new(created, data), [data])
+        out = Decision(GameRecord.new(created, data), [data], CREATOR)
         for seat, spec in enumerate(cmd.seats, start=1):
             if spec.kind == "bot":
                 token = bot_token(self.secret, cmd.game_id, seat)
@@ -318,9 +397,9 @@ class Rules:
             cmd.game_id, [LogEntry(n, data) for n, data in enumerate(events, start=1)]
         )
         assert record is not None  # a checked log has events
-        return Decision(record, events)
+        return Decision(record, events, IMPORTER)
 
-    def _seat(self, out: Decision, cmd: SeatPlayer, now: int) -> str:
+    def _seat(self, out: Decision, cmd: SeatPlayer, now: int) -> None:
         rec = out.record
         spec = rec.created.seats[cmd.seat - 1]
         if spec.kind == "bot":
@@ -330,7 +409,7 @@ class Rules:
             raise Reject("bad_token", f"seat {cmd.seat} is taken by {taken_by}")
         if spec.name and spec.name != cmd.name:
             raise Reject("bad_token", f"seat {cmd.seat} is reserved for {spec.name}")
-        token = new_human_token()
+        token = human_token(self.secret, rec.game_id, cmd.seat, cmd.command_id)
         self._emit(
             out,
             cmd,
@@ -342,12 +421,10 @@ class Rules:
             token_hash=token_hash(token),
         )
         self._start_if_full(out, cmd, now)
-        return token
 
     def _play(self, out: Decision, cmd: PlayMove, now: int, arrived: int) -> None:
         rec = out.record
         fold = rec.fold  # the hot path reads the fold's fields directly
-        self._check_token(rec, cmd.seat, cmd.token)
         if fold.status == "waiting":
             raise Reject("not_your_turn", f"game {cmd.game_id} has not started: seats are open")
         head = fold.seq
@@ -461,12 +538,13 @@ class Rules:
 
     def _abort(self, out: Decision, cmd: Abort, now: int) -> None:
         rec = out.record
-        if cmd.seat:
-            self._check_token(rec, cmd.seat, cmd.token)
+        if cmd.seat:  # its token was checked (`principal`)
             self._end(out, cmd, now, 0, "abort", f"aborted by seat {cmd.seat}", fault=cmd.seat)
             return
-        if not tokens_equal(cmd.token, self._admin):
-            raise Reject("bad_token", "the admin token does not match")
+        if cmd.reason == "abandoned":
+            idle = (now - rec.last_time) // 1000
+            self._end(out, cmd, now, 0, "aborted", f"abandoned: nothing happened for {idle} s")
+            return
         if cmd.reason not in ("no_reply", "disconnect"):
             self._end(out, cmd, now, 0, cmd.reason, f"{cmd.reason} by the operator")
             return
@@ -484,7 +562,8 @@ class Rules:
     def turn_deadline(self, rec: GameRecord, seq: int, clock: str, arrived: int) -> tuple[int, int]:
         """The deadline of the seat to move (0: none) and when its time began: from the head
         event, or later from the turn's hand-over when `clock` signs a later deadline for
-        this game and seq (a hand-over after the command's arrival counts as the arrival)."""
+        this game and seq (a hand-over after the command's arrival counts as the arrival),
+        and later again by the time Redis refused writes since (`outages`)."""
         fold = rec.fold
         deadline, start = fold.deadline, fold.updated
         if deadline and clock:
@@ -493,6 +572,9 @@ class Rules:
                 allowance = deadline - start  # the per-move limit and what is left of the bank
                 deadline = max(deadline, min(stamped, arrived + allowance))
                 start = deadline - allowance
+        if deadline and self.outages:
+            paused = paused_ms(self.outages, start, arrived)
+            deadline, start = deadline + paused, start + paused
         return deadline, start
 
     def _check_token(self, rec: GameRecord, seat: int, token: str) -> None:

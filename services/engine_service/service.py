@@ -5,15 +5,17 @@ command stream through the shared consumer loop (`services.bus.consumer`) and wo
 batches: decode, decide (`services.engine_service.decide`), commit, reply, acknowledge.
 
 Exactly once in effect: every outcome, rejections included, goes through the store's
-atomic commit, which checks the log head the decision was made on and the command id. A
-seq conflict (another engine appended first) evicts the cached game and the command is
-decided again on the reloaded log; a command id seen before gets its first reply again
-and appends nothing. An entry is acknowledged only after its commit and its reply, so a
+atomic commit, which checks the log head the decision was made on and the command's memory
+key (its principal and id). A seq conflict (another engine appended first) evicts the cached
+game and the command is decided again on the reloaded log; an accepted command seen before
+gets its first reply again and appends nothing, and another request under its key is
+refused with `reused_command_id`. An entry is acknowledged only after its commit and its reply, so a
 consumer killed at any point leaves work another one finishes. Within one batch, commands
 of one game are committed in rounds, one per game per pipeline, so no decision builds on
 an unconfirmed one.
 
-Clocks are fair: a command is judged by when it reached the command stream. Before a
+Clocks are fair: a command is judged by when it reached the command stream, and no clock
+runs while Redis refused the platform's writes (`services.bus.outages`). Before a
 timeout claim is decided, the engine looks in the claim's command stream for a move or a
 resignation of that game that arrived before the deadline but is not in the log yet (held
 by an engine that stalled, say) and decides those first, so the claim loses to them.
@@ -28,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,12 +39,15 @@ from schemas.codec import (
     FIELD,
     DecodeError,
     decode_command,
+    decode_reply,
     encode,
     encode_accepted,
 )
 from schemas.codec import reply_address as read_reply_address
-from schemas.commands import ClaimTimeout, Command, PlayMove, Resign
-from schemas.replies import Rejected
+from schemas.commands import ClaimTimeout, Command, PlayMove, Resign, SeatPlayer
+from schemas.replies import Accepted, Rejected
+from schemas.tokens import human_token
+from services.bus import outages
 from services.bus.cache import LRU
 from services.bus.clients import REPLY_MAXLEN, REPLY_TTL_MS, log_entries
 from services.bus.connection import Client
@@ -55,7 +61,13 @@ from services.bus.consumer import (
 )
 from services.bus.keys import ENGINE_GROUP, Keys
 from services.bus.secret import shared_secret
-from services.engine_service.decide import GameRecord, Reject, Rules
+from services.engine_service.decide import (
+    GameRecord,
+    Reject,
+    Rules,
+    memory_key,
+    request_digest,
+)
 from services.engine_service.store import (
     Commit,
     Committed,
@@ -72,6 +84,8 @@ MAX_CONFLICT_RETRIES = 8
 #: An entry delivered this many times without being acknowledged is dead-lettered:
 #: something about it kills engines.
 MAX_DELIVERIES = 5
+#: How often the engine reads the spells in which Redis refused writes (`bus.outages`).
+OUTAGES_EVERY_S = 0.25
 
 
 def settle_heap() -> None:
@@ -177,6 +191,7 @@ class EngineService(StreamConsumer):
         self.counts = EngineStats()
         self._cache: LRU[str, GameRecord] = LRU(cache_size)
         self._flushing: asyncio.Future[None] | None = None
+        self._outages_due = 0.0
 
     def stats(self) -> dict[str, int]:
         c = self.counts
@@ -290,6 +305,7 @@ class EngineService(StreamConsumer):
             (later if gid in games else this).append(work)
             games.add(gid)
         records, broken = await self._records(games)
+        await self._read_outages(force=any(isinstance(w.command, ClaimTimeout) for w in this))
         this, later = await self._in_time_first(this, later, records, pending)
         # Events are stamped after the reads: a clock runs from its event's time, and the
         # reads (a cold game's whole log) would otherwise come off the next seat's time.
@@ -410,17 +426,19 @@ class EngineService(StreamConsumer):
                 message=rej.message,
                 seq=head,
             )
-            # Without a game there is nothing to attach a memory to; the head check still
-            # proves that no game appeared meanwhile.
+            # Never remembered: a retry is decided afresh. Its memory key still finds the
+            # first reply of an accepted command that it repeats; the head check proves that
+            # the rejection was decided on the current log.
             return Commit(
                 cmd.game_id,
                 head,
-                cmd.command_id,
+                memory_key(rej.principal, cmd.command_id),
                 encode(reply),
                 (),
                 now,
-                rec is not None,
-                self._ack_in_commit(work),
+                remember=False,
+                ack=self._ack_in_commit(work),
+                digest=request_digest(cmd),
             )
         except Exception as exc:
             # A bug: never kill the loop for it.
@@ -430,16 +448,18 @@ class EngineService(StreamConsumer):
             return None
         self._cache_put(decision.record)
         fold = decision.record.fold
-        accepted = encode_accepted(cmd.command_id, cmd.game_id, fold.seq, decision.token)
+        # A seat's token is never stored, not even in the reply memory: `_settle` adds it.
+        accepted = encode_accepted(cmd.command_id, cmd.game_id, fold.seq, None)
         return Commit(
             cmd.game_id,
             head,
-            cmd.command_id,
+            memory_key(decision.principal, cmd.command_id),
             accepted,
             decision.events,
             now,
             ack=self._ack_in_commit(work),
             ends=fold.status == "ended",
+            digest=request_digest(cmd),
         )
 
     def _ack_in_commit(self, work: Work) -> bytes:
@@ -458,11 +478,14 @@ class EngineService(StreamConsumer):
 
     def _settle(self, work: Work, commit: Commit, result: Committed, out: _Outbox) -> None:
         cmd = work.command
+        reply = result.reply
         if result.duplicate:
             self.counts.duplicates += 1
             if commit.events:
                 # The events were decided but not appended: the cached record ran ahead.
                 self._evict(cmd.game_id)
+            if result.digest != commit.digest:
+                reply = encode(self._reused(cmd))
         elif commit.events:
             self.counts.accepted += 1
             if isinstance(cmd, PlayMove):
@@ -472,10 +495,32 @@ class EngineService(StreamConsumer):
                 self._evict(cmd.game_id)  # finished games only ever get rejections now
         else:
             self.counts.rejected += 1
+        if isinstance(cmd, SeatPlayer):
+            reply = self._with_token(cmd, reply)
         if cmd.reply_to:
-            out.replies.append((cmd.reply_to, result.reply))
+            out.replies.append((cmd.reply_to, reply))
         if not commit.ack:
             out.ack(work.entry)  # else the commit script acknowledged it
+
+    def _with_token(self, cmd: SeatPlayer, reply: bytes) -> bytes:
+        """An accepted seat command's reply with its seat's token, derived again: the token
+        is in no store, the reply memory included (`schemas.tokens.human_token`)."""
+        answer = decode_reply(reply)
+        if not isinstance(answer, Accepted):
+            return reply
+        assert self.rules is not None, "setup() first"
+        token = human_token(self.rules.secret, cmd.game_id, cmd.seat, cmd.command_id)
+        return encode_accepted(cmd.command_id, cmd.game_id, answer.seq, token)
+
+    @staticmethod
+    def _reused(cmd: Command) -> Rejected:
+        return Rejected(
+            command_id=cmd.command_id,
+            game_id=cmd.game_id,
+            code="reused_command_id",
+            message=f"command id {cmd.command_id!r} was used for another request to game"
+            f" {cmd.game_id}; a new request needs a new id",
+        )
 
     def _fail(self, work: Work, reason: str, out: _Outbox) -> None:
         """A command the engine cannot handle at all: dead-letter it, tell the sender."""
@@ -558,6 +603,16 @@ class EngineService(StreamConsumer):
                     found[gid] = rec
                     self._cache_put(rec)
         return found, broken
+
+    async def _read_outages(self, *, force: bool) -> None:
+        """Keep the rules' outages current: every `OUTAGES_EVERY_S`, and before judging a
+        timeout claim (the dispatcher records a spell before it claims after one)."""
+        now = time.monotonic()
+        if not force and now < self._outages_due:
+            return
+        self._outages_due = now + OUTAGES_EVERY_S
+        assert self.rules is not None, "setup() first"
+        self.rules.outages = await outages.spells(self.redis, self.keys)
 
     def _cache_put(self, rec: GameRecord) -> None:
         self._cache.put(rec.game_id, rec)

@@ -4,18 +4,23 @@
 partition (every key carries the same `{p}` hash tag), does all of it atomically for
 each command:
 
-1. if the command id already has a remembered reply, return it and append nothing
-   (the same command twice gives the first reply);
+1. if the command's memory key (its principal and command id: see
+   `services.engine_service.decide`) already has a remembered reply, return it and append
+   nothing (the same command twice gives the first reply);
 2. if the log's head (its length: logs are never trimmed) is not the head the engine
    validated against, return the actual head -> `SeqConflict`;
 3. XADD each event to the log with entry id "<seq>-0" (so ids encode seqs, and Redis
    itself refuses a duplicate seq) and to the partition feed;
-4. remember the reply under the command id, and register a new game in `games`. A game's
+4. remember the reply (after the digest of the request it answered) under the memory key,
+   and register a new game in `games`. A game's
    reply memory lives as long as the game, and for the idempotency window (default 24 h)
    after the commit that ends it: its TTL is set then, once, not on every commit.
 
-Rejections go through the same script with no events: the head check makes sure a
-rejection was decided on the current log, and remembering it keeps retries stable.
+Rejections go through the same script with no events and are never remembered: the head
+check makes sure a rejection was decided on the current log, and its memory key still finds
+the reply of an accepted command it retries. A refused request is decided afresh when it
+comes again, so a refused move can be corrected under the same id, and a command that
+failed authentication (no memory key) can neither read nor leave a memory.
 `commit_many` serves the engine's batches: one script call per partition carries up
 to `COMMITS_PER_CALL` commits (each atomic on its own), all calls in one round trip.
 A call's commits travel as one msgpack argument (unpacked by the script with Redis's
@@ -38,6 +43,7 @@ import msgpack
 from services.bus.connection import Client
 from services.bus.keys import ENGINE_GROUP, Keys
 from services.bus.scripts import Script
+from services.engine_service.decide import DIGEST_BYTES
 
 #: Game ids whose key names `EventStore` keeps; the cache is emptied when it is full.
 KEY_CACHE_SIZE = 100_000
@@ -51,11 +57,11 @@ COMMITS_PER_CALL = 64
 # ARGV[1]: msgpack [feed maxlen (0 = unbounded), consumer group, reply memory ttl (ms),
 #          touch (1: write a duplicate's reply again, so that a WAIT after this call covers
 #          the first commit too), commit, commit...]
-#          where each commit is [head, command id, reply, remember (0: no, 1: yes, 2: and
-#          the game ends: start the memory's TTL), time (decimal text), game id,
-#          [event bytes...], command entry id to acknowledge or ""].
-# Returns per commit two values: 0 + remembered reply (duplicate), 1 + actual head
-# (conflict) or 2 + new head (committed).
+#          where each commit is [head, memory key ("": none), reply, remember (0: no, 1:
+#          yes, 2: and the game ends: start the memory's TTL), time (decimal text), game id,
+#          [event bytes...], command entry id to acknowledge or "", request digest].
+# Returns per commit two values: 0 + remembered digest and reply (duplicate), 1 + actual
+# head (conflict) or 2 + new head (committed).
 _COMMIT_LUA = """
 local call = cmsgpack.unpack(ARGV[1])
 local maxlen, group, ttl, touch = tonumber(call[1]), call[2], tonumber(call[3]), call[4]
@@ -65,9 +71,10 @@ for c = 1, (#KEYS - 3) / 2 do
   local commit = call[c + 4]
   local expected, cid, reply = tonumber(commit[1]), commit[2], commit[3]
   local remember, time, gid, events = commit[4], commit[5], commit[6], commit[7]
-  local ack = commit[8]
+  local ack, digest = commit[8], commit[9]
   local n = #events
-  local seen = redis.call('HGET', replies, cid)
+  local seen = false
+  if cid ~= '' then seen = redis.call('HGET', replies, cid) end
   if seen then
     out[#out + 1] = 0
     out[#out + 1] = seen
@@ -88,7 +95,7 @@ for c = 1, (#KEYS - 3) / 2 do
           redis.call('XADD', KEYS[1], '*', 'm', data)
         end
       end
-      if remember > 0 then redis.call('HSET', replies, cid, reply) end
+      if remember > 0 then redis.call('HSET', replies, cid, digest .. reply) end
       if remember == 2 then redis.call('PEXPIRE', replies, ttl) end
       if head == 0 and n > 0 then redis.call('ZADD', KEYS[2], time, gid) end
       if ack ~= '' then redis.call('XACK', KEYS[3], group, ack) end
@@ -126,8 +133,10 @@ class Unconfirmed(Exception):
 class Commit:
     """One command's effect: its events (encoded, seqs head+1...) and its reply.
 
-    `remember` False is for answers that need no memory (no game exists to attach
-    them to, e.g. `unknown_game`); the head check still applies. `ack` is the id of
+    `memory` is the key its reply is remembered and looked up under (its principal and
+    command id; "" for none: a command that failed authentication), `digest` what it asked
+    for (`decide.request_digest`, kept before the reply). `remember` False is for answers
+    that are not kept (every rejection); the head check still applies. `ack` is the id of
     the command's entry on its partition's command stream when nobody waits for a
     reply: the script acknowledges it (for the engine group) in the same atomic step
     that commits or finds the command done, which saves the engine a round trip; a
@@ -137,22 +146,25 @@ class Commit:
 
     game_id: str
     head: int
-    command_id: str
+    memory: str
     reply: bytes
     events: Sequence[bytes] = ()
     time: int = 0
     remember: bool = True
     ack: bytes = b""
     ends: bool = False
+    digest: bytes = bytes(DIGEST_BYTES)
 
 
 @dataclass(frozen=True, slots=True)
 class Committed:
-    """The outcome of a commit: `duplicate` means the id was seen and `reply` is the first."""
+    """The outcome of a commit: `duplicate` means the memory key was seen and `reply` is
+    the first reply, to the request `digest`."""
 
     reply: bytes
     head: int
     duplicate: bool
+    digest: bytes = b""
 
 
 #: What one commit came to.
@@ -209,13 +221,14 @@ class EventStore:
             body.append(
                 (
                     c.head,
-                    c.command_id,
+                    c.memory,
                     c.reply,
                     (2 if c.ends else 1) if c.remember else 0,
                     str(c.time),
                     c.game_id,
                     c.events if isinstance(c.events, list | tuple) else list(c.events),
                     c.ack,
+                    c.digest,
                 )
             )
         # Redis's cmsgpack knows no msgpack bin type: bytes travel as raw strings.
@@ -232,7 +245,8 @@ class EventStore:
     @staticmethod
     def _outcome(c: Commit, status: Any, value: Any) -> Committed | SeqConflict:
         if int(status) == 0:
-            return Committed(reply=bytes(value), head=-1, duplicate=True)
+            digest, reply = _remembered(bytes(value))
+            return Committed(reply=reply, head=-1, duplicate=True, digest=digest)
         if int(status) == 1:
             return SeqConflict(c.game_id, c.head, int(value))
         return Committed(reply=c.reply, head=int(value), duplicate=False)
@@ -284,7 +298,12 @@ class EventStore:
                 out[i] = self._outcome(commits[i], raw[2 * j], raw[2 * j + 1])
         return [r for r in out if r is not None]
 
-    async def remembered_reply(self, game_id: str, command_id: str) -> bytes | None:
-        """The reply remembered for a command id (within the idempotency window)."""
-        reply: Any = await self.redis.hget(self.keys.replies_memory(game_id), command_id)
-        return None if reply is None else bytes(reply)
+    async def remembered_reply(self, game_id: str, memory: str) -> bytes | None:
+        """The reply remembered under a memory key (within the idempotency window)."""
+        value: Any = await self.redis.hget(self.keys.replies_memory(game_id), memory)
+        return None if value is None else _remembered(bytes(value))[1]
+
+
+def _remembered(value: bytes) -> tuple[bytes, bytes]:
+    """A remembered value as (request digest, reply)."""
+    return value[:DIGEST_BYTES], value[DIGEST_BYTES:]

@@ -3,7 +3,9 @@
 The shared parts live under typed app keys (`services.gateway.appkeys`) and are made and
 closed by one cleanup context: the Redis connection (unless the caller lends one), a
 command client with this gateway's own reply stream, the query client, the folds of
-recently read games, the live hub following every feed, and the metrics.
+recently read games, the live hub following every feed, and the metrics. Every answer
+carries the browser policy (`guard.secure_headers`); connection caps and read deadlines
+are the serving side's (`serve.py`, `guard.py`).
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import connect
 from services.bus.feeds import FeedTail
 from services.bus.secret import shared_secret
-from services.gateway import appkeys, routes
-from services.gateway.http import errors, rate_limit
+from services.gateway import appkeys, routes, tournaments
+from services.gateway.guard import secure_headers
+from services.gateway.http import errors, media_types, rate_limit
 from services.gateway.limits import RateLimiter
-from services.gateway.live import Hub
+from services.gateway.live import Hub, TurnReader
 from services.gateway.metrics import Metrics
 from services.gateway.settings import REDIS_CONNECTIONS, GatewaySettings
 from services.gateway.views import GameStates
@@ -37,7 +40,10 @@ log = logging.getLogger("agon.gateway")
 # -- the application -------------------------------------------------------------------
 def init_app(settings: GatewaySettings, *, redis: Any = None) -> web.Application:
     """The gateway; `redis` lends a connection (closed by its owner), else one is opened."""
-    app = web.Application(middlewares=[errors, rate_limit], client_max_size=settings.max_body_bytes)
+    app = web.Application(
+        middlewares=[errors, rate_limit, media_types], client_max_size=settings.max_body_bytes
+    )
+    app.on_response_prepare.append(secure_headers)
     app[appkeys.SETTINGS] = settings
     app[appkeys.NAME] = settings.name or f"gateway-{uuid.uuid4().hex[:8]}"
     app[appkeys.LIMITER] = RateLimiter(settings.rate_per_s, settings.burst)
@@ -46,6 +52,8 @@ def init_app(settings: GatewaySettings, *, redis: Any = None) -> web.Application
     app[appkeys.BOT_CONNECTIONS] = Counter()
     app[appkeys.BOT_KEYS] = LRU(10_000)
     app.cleanup_ctx.append(_parts(redis))
+    app.cleanup_ctx.append(tournaments.leaderboard_cache)
+    app.on_shutdown.append(_closing)
     routes.add_routes(app)
     return app
 
@@ -77,6 +85,9 @@ def _parts(
         stop = asyncio.Event()
         await hub.tail.start_here()
         following = asyncio.create_task(hub.run(stop))
+        # One reader of the inboxes of every bot streaming here (services.gateway.turns).
+        app[appkeys.TURNS] = TurnReader(redis, keys, app[appkeys.NAME])
+        reading = asyncio.create_task(app[appkeys.TURNS].run(stop))
         log.info("gateway %s ready", app[appkeys.NAME])
         try:
             yield
@@ -86,11 +97,30 @@ def _parts(
             for ws in list(sockets):
                 with contextlib.suppress(Exception):
                     await ws.close(code=1001, message=b"gateway stopping")
-            following.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await following
+            for task in (following, reading):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
             await commands.close()
             if lent is None:
                 await redis.aclose()
 
     return parts
+
+
+#: How long a stopping gateway waits for its sockets' closing handshakes, all at once.
+CLOSING_S = 2.0
+
+
+async def _closing(app: web.Application) -> None:
+    """Before the server waits for its handlers: end every bot stream and close every
+    socket, so that a stopping gateway does not wait for clients that never leave."""
+    if appkeys.TURNS in app:
+        app[appkeys.TURNS].close()
+    sockets = app[appkeys.SOCKETS]
+    closing = [
+        asyncio.create_task(ws.close(code=1001, message=b"gateway stopping"))
+        for ws in list(sockets)
+    ]
+    if closing:
+        await asyncio.wait(closing, timeout=CLOSING_S)

@@ -11,8 +11,9 @@ from services.bus.cache import LRU
 from services.bus.clients import CommandClient, QueryClient
 
 if TYPE_CHECKING:
+    from services.gateway.leaderboards import Leaderboards
     from services.gateway.limits import RateLimiter
-    from services.gateway.live import Hub
+    from services.gateway.live import Hub, TurnReader
     from services.gateway.metrics import Metrics
     from services.gateway.settings import GatewaySettings
     from services.gateway.views import GameStates
@@ -25,8 +26,11 @@ COMMANDS: web.AppKey[CommandClient] = web.AppKey("commands", CommandClient)
 QUERY: web.AppKey[QueryClient] = web.AppKey("query", QueryClient)
 STATES: web.AppKey[GameStates] = web.AppKey("states")
 HUB: web.AppKey[Hub] = web.AppKey("hub")
+TURNS: web.AppKey[TurnReader] = web.AppKey("turns")
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
 LIMITER: web.AppKey[RateLimiter] = web.AppKey("limiter")
+#: each rules' leaderboards, computed once per version of the results
+LEADERBOARDS: web.AppKey[Leaderboards] = web.AppKey("leaderboards")
 
 
 class OpenSockets(set[web.WebSocketResponse]):

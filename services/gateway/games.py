@@ -1,4 +1,4 @@
-"""The game routes: create, list, view (at any ply), move, resign, the log, export, import.
+"""The game routes: create, list, view (at any ply), move, resign, the log, export.
 
 Each turns a request into a command for the engine (through the command client) or a
 read (views, logs); the engine alone decides legality, seats and tokens. A human's move
@@ -15,6 +15,7 @@ file for its view (at any ply), replay views, events and export; its view says
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 from aiohttp import web
@@ -28,12 +29,17 @@ from schemas.replies import Accepted, Reply
 from schemas.tokens import token_hash
 from services import export
 from services.archive import ARCHIVED, Archive, ArchiveError, open_archive
+from services.bus import quotas
 from services.bus.clients import STATUSES, LogEntry
+from services.bus.registry import BotRegistry
 from services.gateway import appkeys
+from services.gateway.caching import cacheable
 from services.gateway.http import (
     NDJSON,
     ApiError,
     Write,
+    bearer,
+    client_keys,
     int_param,
     ndjson,
     read_body,
@@ -46,20 +52,42 @@ from services.gateway.views import api_view, fold_at, start, views_of
 from services.projector.fold import GameFold
 
 MAX_PAGE = 200
+#: How long a client may reuse a page of the list (seconds): games come and go.
+LIST_MAX_AGE = 2
 #: The highest ply a query names; views of a replay per request (`/plies`).
 MAX_PLY = 1_000_000
 PLIES_PER_PAGE = 50
 
 
+async def within_quota(request: web.Request, action: str, principal: str) -> None:
+    """Take one `action` from `principal`'s quota (shared by every gateway), the size the
+    settings give as `<action>_quota`; 429 `quota_exceeded` with Retry-After when spent."""
+    settings = request.app[appkeys.SETTINGS]
+    quota: quotas.Quota = getattr(settings, f"{action}_quota")
+    wait = await quotas.take(request.app[appkeys.REDIS], settings.keys, action, principal, quota)
+    if wait > 0:
+        who = {"addr": "address", "bot": "bot"}.get(principal.partition(":")[0], "client")
+        raise ApiError(
+            "quota_exceeded",
+            f"this {who}'s {action} quota is spent ({quota.burst} at once, "
+            f"{quota.per_hour:g} an hour); retry in {math.ceil(wait)} s",
+            headers={"Retry-After": str(max(1, math.ceil(wait)))},
+            status=429,
+        )
+
+
 async def create_game(request: web.Request) -> web.Response:
     app = request.app
     body = await read_body(request, NewGame)
+    # Creators are anonymous: the quota is their address's (the first of `client_keys`).
+    await within_quota(request, "create", client_keys(request)[0])
     seats: list[SeatSpec] = []
     for spec in body.seats:
         if isinstance(spec, BotSeatSpec):
-            await check_bot(app, spec.bot)
+            await check_bot(request, spec.bot)
             seats.append(SeatSpec(kind="bot", name=spec.bot))
         else:
+            await check_person(request, spec.human.name)
             seats.append(SeatSpec(kind="human", name=spec.human.name))
     game_id = new_game_id()
     create = CreateGame(
@@ -93,14 +121,39 @@ async def create_game(request: web.Request) -> web.Response:
     return respond(request, created.model_dump(), 201, Location=f"/api/games/{game_id}")
 
 
-async def check_bot(app: web.Application, name: str) -> None:
-    """Refuse a seat for a bot nobody could serve: neither built in nor registered."""
+async def check_bot(request: web.Request, name: str) -> None:
+    """Refuse a seat for a bot nobody could serve (neither built in nor registered), or an
+    outside bot that did not consent: the creator bears its key, or it accepts challenges."""
     if name in bot_names():
         return
-    keys = app[appkeys.SETTINGS].keys
-    if not await app[appkeys.REDIS].hexists(keys.registered_bots(), name):
+    app = request.app
+    bots = BotRegistry(app[appkeys.REDIS], app[appkeys.SETTINGS].keys)
+    record = await bots.record(name)
+    if record is None:
         known = ", ".join(bot_names())
         raise ApiError("unknown_bot", f"no bot {name!r}: built in are {known}, or register it")
+    if record.get("accept_challenges"):
+        return
+    key = bearer(request)
+    if key and await bots.bot_of(token_hash(key)) == name:
+        return
+    raise ApiError(
+        "bot_consent_required",
+        f"{name} plays only in games created with its key (as Bearer), unless it accepts "
+        f"challenges (PATCH /api/bots/{name})",
+        status=403,
+    )
+
+
+async def check_person(request: web.Request, name: str) -> None:
+    """Refuse a person's seat under a bot's name (built in, reserved, or registered, in any
+    case): results are kept by name, so a person resigning as "alphabeta" would lose the
+    bot's rating for it."""
+    app = request.app
+    if name and await BotRegistry(app[appkeys.REDIS], app[appkeys.SETTINGS].keys).is_bot_name(
+        name, bot_names()
+    ):
+        raise ApiError("name_taken", f"{name} is a bot's name; a person plays under another")
 
 
 async def list_games(request: web.Request) -> web.Response:
@@ -117,7 +170,7 @@ async def list_games(request: web.Request) -> web.Response:
     except ValueError as exc:
         raise ApiError("bad_request", str(exc)) from None
     games = [summary(v) for v in page.games]
-    return respond(request, {"games": games, "cursor": page.cursor})
+    return cacheable(request, {"games": games, "cursor": page.cursor}, max_age=LIST_MAX_AGE)
 
 
 def _filters(request: web.Request) -> dict[str, Any]:
@@ -139,7 +192,8 @@ async def list_archived(request: web.Request) -> web.Response:
         found, cursor = await asyncio.to_thread(where.page, **_filters(request))
     except ValueError as exc:
         raise ApiError("bad_request", str(exc)) from None
-    return respond(request, {"games": [e.summary() for e in found], "cursor": cursor})
+    body = {"games": [e.summary() for e in found], "cursor": cursor}
+    return cacheable(request, body, max_age=LIST_MAX_AGE)
 
 
 def archive_of(app: web.Application) -> Archive | None:
@@ -161,7 +215,7 @@ async def archived_log(app: web.Application, game_id: str) -> list[LogEntry] | N
 def summary(view: dict[str, Any]) -> dict[str, Any]:
     """A game in the list: the projector's view without the position's details."""
     result = view.get("result")
-    return {
+    row = {
         "id": view["game_id"],
         "game": view["game"],
         "options": view["options"],
@@ -177,6 +231,9 @@ def summary(view: dict[str, Any]) -> dict[str, Any]:
         "created": view["created"],
         "updated": view["updated"],
     }
+    if "imported_from" in view:  # the engine's mark: listed and replayable, never rated
+        row["imported_from"] = view["imported_from"]
+    return row
 
 
 async def game_or_404(request: web.Request, *, fresh: bool = True) -> GameFold:
@@ -340,7 +397,8 @@ async def export_game(request: web.Request) -> web.Response:
     if not entries:
         entries = await _archived_or_404(request)
     if fmt == "jsonl":
-        text, kind, suffix = export.export_jsonl(entries), "application/jsonl", "jsonl"
+        key = export.export_signing_key(request.app[appkeys.SECRET])
+        text, kind, suffix = export.export_jsonl(entries, key), "application/jsonl", "jsonl"
     elif fmt == "text":
         text, kind, suffix = export.export_text(entries), "text/plain", "txt"
     else:
@@ -349,14 +407,8 @@ async def export_game(request: web.Request) -> web.Response:
     return web.Response(text=text, content_type=kind, headers={"Content-Disposition": disposition})
 
 
-async def import_game(request: web.Request) -> web.Response:
-    text = (await request.read()).decode("utf-8", errors="replace")
-    try:
-        command = export.import_command(text, new_game_id(), new_command_id())
-    except ValueError as exc:
-        raise ApiError("invalid_import", str(exc)) from None
-    reply = await submit(request.app, command)
-    if (error := refused(reply)) is not None:
-        raise error
-    body = {"id": command.game_id, "seq": reply.seq}
-    return respond(request, body, 201, Location=f"/api/games/{command.game_id}")
+async def export_key(request: web.Request) -> web.Response:
+    """The public key the exports are signed with (`agon verify-export --gateway URL`)."""
+    key = export.export_signing_key(request.app[appkeys.SECRET])
+    body = {"alg": "ed25519", "key": export.public_key_b64(key)}
+    return respond(request, body, 200, **{"Cache-Control": "public, max-age=300"})

@@ -22,7 +22,8 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from schemas.replies import Rejected, Reply
-from services.bus.connection import TRANSIENT_ERRORS
+from schemas.tokens import admin_token, tokens_equal
+from services.bus.connection import TRANSIENT_ERRORS, WRITES_REFUSED
 from services.gateway import appkeys
 
 log = logging.getLogger("agon.gateway")
@@ -33,6 +34,15 @@ JSON = "application/json"
 UNAVAILABLE = "Redis is unavailable; try again shortly"
 MSGPACK = "application/msgpack"
 NDJSON = "application/x-ndjson"
+#: What a request body may be. A browser sends a form (urlencoded, multipart, text/plain)
+#: or a body with no type to any site without asking it first, so a page elsewhere could
+#: create games and play moves in a visitor's name: JSON routes take only JSON or msgpack,
+#: which a cross-site page cannot send without the gateway's consent (CORS preflight).
+BODY_TYPES = (JSON, MSGPACK)
+#: The import route reads an export as it is: JSONL text (it also needs a bot's key).
+TEXT_BODIES: dict[str, tuple[str, ...]] = {
+    "/api/games/import": ("application/jsonl", NDJSON, "text/plain", ""),
+}
 
 #: HTTP status of each refusal code (the engine's and the gateway's own).
 STATUS_OF: dict[str, int] = {
@@ -45,6 +55,7 @@ STATUS_OF: dict[str, int] = {
     "stale_seq": 409,
     "too_late": 409,
     "game_over": 409,
+    "reused_command_id": 409,
     "name_taken": 409,
     "bad_token": 403,
     "not_your_game": 403,
@@ -55,6 +66,7 @@ STATUS_OF: dict[str, int] = {
     "malformed": 400,
     "bad_request": 400,
     "too_large": 413,
+    "unsupported_media_type": 415,
     "rate_limited": 429,
     "timeout": 504,
     "unavailable": 503,
@@ -86,6 +98,24 @@ class ApiError(Exception):
         return out
 
 
+def operator(request: web.Request) -> None:
+    """Refuse a request that does not bear the admin token (`Authorization: Bearer`)."""
+    token = bearer(request)
+    if not token:
+        raise ApiError("bad_key", "send the admin token as 'Authorization: Bearer TOKEN'")
+    if not tokens_equal(token, admin_token(request.app[appkeys.SECRET])):
+        raise ApiError("bad_key", "that is not the admin token")
+
+
+def unavailable(exc: Exception) -> ApiError:
+    """A 503 with `Retry-After` for a moment Redis cannot serve: away, or refusing writes
+    (out of memory) — backpressure, never a 500."""
+    if isinstance(exc, WRITES_REFUSED):
+        message = "Redis refuses writes for the moment (out of memory or failing over); retry"
+        return ApiError("unavailable", message, headers={"Retry-After": "2"})
+    return ApiError("unavailable", UNAVAILABLE, headers={"Retry-After": "1"})
+
+
 def refused(reply: Reply) -> ApiError | None:
     """The refusal a reply means, if it is one."""
     if isinstance(reply, Rejected):
@@ -108,7 +138,8 @@ def _dumps(obj: Any) -> str:
 
 
 async def read_body(request: web.Request, model: type[B]) -> B:
-    """The request body as `model` (JSON, or msgpack by Content-Type); 4xx when it is not."""
+    """The request body as `model` (JSON, or msgpack by Content-Type); 4xx when it is not.
+    Its media type was checked before the handler ran (`media_types`)."""
     raw = await request.read()
     try:
         data = (
@@ -160,8 +191,8 @@ async def submit(app: web.Application, command: Any) -> Reply:
     except TimeoutError:
         app[appkeys.METRICS].commands.labels(code="timeout").inc()
         raise ApiError("timeout", "the engine did not answer in time; send it again") from None
-    except TRANSIENT_ERRORS:
-        raise ApiError("unavailable", UNAVAILABLE) from None
+    except TRANSIENT_ERRORS as exc:
+        raise unavailable(exc) from None
     metrics = app[appkeys.METRICS]
     metrics.latency.observe(time.perf_counter() - started)
     metrics.commands.labels(code=getattr(reply, "code", "accepted")).inc()
@@ -169,12 +200,17 @@ async def submit(app: web.Application, command: Any) -> Reply:
 
 
 # -- rate limits -----------------------------------------------------------------------
+def bearer(request: web.Request) -> str:
+    """The token of the request's `Authorization: Bearer TOKEN` ("" when it has none)."""
+    auth = request.headers.get("Authorization", "")
+    return auth[7:].strip() if auth.startswith("Bearer ") else ""
+
+
 def client_keys(request: web.Request) -> list[str]:
     """Whom a request counts against: its address, and its bearer key if it has one."""
     keys = [f"addr:{request.remote}"]
-    auth = request.headers.get("Authorization", "")
-    if auth.startswith("Bearer "):
-        keys.append("key:" + auth[7:].strip()[:16])
+    if token := bearer(request):
+        keys.append("key:" + token[:16])
     return keys
 
 
@@ -195,7 +231,7 @@ async def ndjson(
     try:
         await produce(response.write)
     except (ConnectionResetError, asyncio.CancelledError):
-        pass
+        log.debug("%s stream: the client went away", kind)
     except Exception as exc:
         log.warning("%s stream ended by an error: %s", kind, exc)
     finally:
@@ -224,16 +260,36 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status, "bad_request")
         kept = {k: v for k, v in exc.headers.items() if k == "Allow"}
         return respond(request, {"code": code, "message": exc.reason}, exc.status, **kept)
-    except (asyncio.CancelledError, ConnectionResetError):
+    except asyncio.CancelledError:
         raise
-    except TRANSIENT_ERRORS:
-        body = {"code": "unavailable", "message": UNAVAILABLE}
-        return respond(request, body, 503)
+    except ConnectionResetError as exc:
+        # The client went away mid-request (or missed a read deadline): nobody reads an
+        # answer; one line, not aiohttp's traceback of "Error handling request".
+        log.debug("gateway: %s %s: the client went away (%s)", request.method, request.path, exc)
+        return web.Response(status=400)
+    except TRANSIENT_ERRORS as exc:
+        error = unavailable(exc)
+        return respond(request, error.body(), error.status, **error.headers)
     except Exception:
         incident = uuid.uuid4().hex[:8]
         log.exception("gateway: %s %s failed (incident %s)", request.method, request.path, incident)
         body = {"code": "internal", "message": f"internal error (incident {incident})"}
         return respond(request, body, 500)
+
+
+@web.middleware
+async def media_types(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A body's media type checked once, before any handler reads it (415 otherwise)."""
+    if request.body_exists:
+        given = request.content_type if "Content-Type" in request.headers else ""
+        accepted = TEXT_BODIES.get(request.path, BODY_TYPES)
+        if given not in accepted:
+            named = " or ".join(t or "no Content-Type" for t in accepted)
+            raise ApiError(
+                "unsupported_media_type",
+                f"the body must be {named}, not {given or 'without a Content-Type'}",
+            )
+    return await handler(request)
 
 
 def limited(request: web.Request) -> float:

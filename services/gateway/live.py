@@ -8,13 +8,21 @@ that, or when an event arrives out of order (a feed entry missed while Redis was
 the listener's owner reads the gap from the game's log (`catch_up`), so a client gets
 every event once, in order. Listeners of "every ended game" let bot streams tell outside
 bots their results.
+
+Outside bots' turns come the same way: one `TurnReader` per gateway reads the inboxes of
+the bots that have a stream here and hands each entry to that bot's `InboxListener`s
+(`services.gateway.turns` serves the streams), so no stream holds a Redis connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import os
+import socket
+import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -24,13 +32,37 @@ from typing import Any
 from schemas.api import EventMessage
 from schemas.codec import DecodeError, unpack
 from services.bus.clients import QueryClient
+from services.bus.connection import TRANSIENT_ERRORS, Client, is_cluster
+from services.bus.consumer import as_text, now_ms
 from services.bus.feeds import FeedTail
+from services.bus.keys import WORKERS_GROUP, Keys
 from services.export import export_line
 
 log = logging.getLogger("agon.gateway")
 
 #: Events a listener holds for its socket before it is told to catch up from the log.
 QUEUE_SIZE = 256
+
+#: How often the reader beats for the bots it serves (the dispatcher's `alive_ms` is 2 s).
+HEARTBEAT_S = 0.5
+#: How long a gateway trusts a bot key it has looked up: a key rotated or revoked elsewhere
+#: (another gateway, the CLI) is refused here, and its streams end, within this.
+KEY_CACHE_S = 5.0
+#: Key hashes looked up per HMGET when the reader checks its streams' keys.
+KEYS_PER_CHECK = 1_000
+#: A single server's inbox read blocks this long at most: a bot whose first stream opens
+#: meanwhile is read from the next call on (its waiting turns were sent on connect).
+BLOCK_MS = 500
+#: On a cluster the inboxes are polled this often when nothing came.
+POLL_S = 0.1
+#: Inbox entries read per inbox per call.
+READ_COUNT = 100
+RETRY_PAUSE_S = 0.5
+#: Inbox entries a listener holds for its stream; beyond that it looks for its turns anew.
+INBOX_QUEUE_SIZE = 256
+#: Streams whose connect-time search (a few reads each) runs at once: a burst of connecting
+#: streams queues here instead of opening a Redis connection each.
+OPENING_AT_ONCE = 8
 
 
 class LiveEvent:
@@ -195,3 +227,194 @@ class Hub:
                     for ended in self.ended:
                         with contextlib.suppress(asyncio.QueueFull):
                             ended.queue.put_nowait((game_id, ev))
+
+
+# -- outside bots' inboxes -------------------------------------------------------------------
+@dataclass(eq=False)
+class InboxListener:
+    """One stream's share of its bot's inbox: entries not sent yet, up to `INBOX_QUEUE_SIZE`."""
+
+    bot: str
+    #: the hash of the key the stream was opened with
+    key_hash: str = ""
+    entries: list[Any] = field(default_factory=list)
+    overflowed: bool = False
+    closed: bool = False
+    #: closed because its key was rotated or revoked
+    revoked: bool = False
+    woken: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def deliver(self, entries: list[Any]) -> None:
+        if len(self.entries) + len(entries) > INBOX_QUEUE_SIZE:
+            self.entries.clear()
+            self.overflowed = True  # the stream searches for its turns again
+        else:
+            self.entries.extend(entries)
+        self.woken.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self.woken.set()
+
+    async def take(self, timeout_s: float) -> tuple[list[Any], bool]:
+        """The entries delivered since the last take, and whether some were dropped; waits
+        up to `timeout_s` for at least one."""
+        if not self.entries and not self.overflowed and not self.closed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.woken.wait(), timeout_s)
+        self.woken.clear()
+        entries, self.entries = self.entries, []
+        overflowed, self.overflowed = self.overflowed, False
+        return entries, overflowed
+
+
+class TurnReader:
+    """The gateway's one reader of its bots' inboxes (see the module's doc)."""
+
+    def __init__(self, redis: Client, keys: Keys, name: str) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.name = name
+        self.bots: dict[str, set[InboxListener]] = {}
+        #: bot -> the last inbox entry id read; a bot is read once its first stream set it
+        self.last: dict[str, str] = {}
+        self.opening = asyncio.Semaphore(OPENING_AT_ONCE)
+        self.closed = False
+        self.reads = 0
+        self._changed = asyncio.Event()
+
+    def listen(self, bot: str, key_hash: str) -> InboxListener:
+        """A new listener of `bot`'s inbox for a stream opened with the key hashing to
+        `key_hash` (closed already when the gateway is stopping)."""
+        listener = InboxListener(bot, key_hash, closed=self.closed)
+        self.bots.setdefault(bot, set()).add(listener)
+        return listener
+
+    def start(self, bot: str, after: str) -> None:
+        """Read `bot`'s inbox after entry `after`, unless it is read already: a stream
+        registers its listener before it searches for pending turns, so what arrives
+        after that search reaches it either way (twice at worst; streams send a turn once)."""
+        if bot in self.bots and bot not in self.last:
+            self.last[bot] = after
+            self._changed.set()
+
+    def unlisten(self, listener: InboxListener) -> None:
+        listeners = self.bots.get(listener.bot)
+        if listeners is None:
+            return
+        listeners.discard(listener)
+        if not listeners:
+            del self.bots[listener.bot]
+            self.last.pop(listener.bot, None)
+
+    def streams(self, bot: str) -> int:
+        return len(self.bots.get(bot, ()))
+
+    def close(self) -> None:
+        """End every stream now (the gateway is stopping) and refuse new ones."""
+        self.closed = True
+        for listeners in self.bots.values():
+            for listener in listeners:
+                listener.close()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Read and beat until `stop`; then remove the heartbeats it wrote."""
+        beating = asyncio.create_task(self._beat(stop))
+        try:
+            while not stop.is_set():
+                try:
+                    await self._read_once()
+                except TRANSIENT_ERRORS as exc:
+                    log.warning("bot inbox reader: Redis unavailable (%s); retrying", exc)
+                    await asyncio.sleep(RETRY_PAUSE_S)
+                except Exception as exc:  # a reader that dies would silence every bot here
+                    log.warning("bot inbox reader failed (%s); resuming", exc)
+                    await asyncio.sleep(RETRY_PAUSE_S)
+        finally:
+            beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await beating
+
+    async def _read_once(self) -> None:
+        followed = dict(self.last)
+        if not followed:
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), BLOCK_MS / 1000)
+            return
+        streams: dict[Any, Any] = {self.keys.bot_turns(bot): at for bot, at in followed.items()}
+        inboxes = dict(zip(streams, followed, strict=True))
+        self.reads += 1
+        replies: Any
+        if is_cluster(self.redis):
+            pipe = self.redis.pipeline(transaction=False)
+            for inbox, at in streams.items():
+                pipe.xread({inbox: at}, count=READ_COUNT)
+            replies = [r for reply in await pipe.execute() for r in reply or ()]
+        else:
+            replies = await self.redis.xread(streams, count=READ_COUNT, block=BLOCK_MS) or []
+        for stream, entries in replies:
+            bot = inboxes.get(as_text(stream))
+            if bot is None or not entries or bot not in self.last:
+                continue  # its last stream went while the read was on its way
+            self.last[bot] = as_text(entries[-1][0])
+            for listener in self.bots.get(bot, ()):
+                listener.deliver(entries)
+        if not replies and is_cluster(self.redis):
+            await asyncio.sleep(POLL_S)
+
+    async def _beat(self, stop: asyncio.Event) -> None:
+        """One HSET for every bot served here; a bot no longer served loses its beat."""
+        beaten: set[str] = set()
+        heartbeats = self.keys.processes()
+        checked = time.monotonic()
+        try:
+            while not stop.is_set():
+                if time.monotonic() - checked >= KEY_CACHE_S:
+                    checked = time.monotonic()
+                    with contextlib.suppress(*TRANSIENT_ERRORS):
+                        await self._check_keys()
+                served = set(self.bots)
+                with contextlib.suppress(*TRANSIENT_ERRORS):
+                    if served:
+                        beats: dict[Any, Any] = {
+                            self._consumer(bot): self._beat_of(bot) for bot in served
+                        }
+                        await self.redis.hset(heartbeats, mapping=beats)
+                    if gone := beaten - served:
+                        await self.redis.hdel(heartbeats, *map(self._consumer, gone))
+                    beaten = served
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), HEARTBEAT_S)
+        finally:
+            if beaten | set(self.bots):
+                with contextlib.suppress(Exception):
+                    gone = beaten | set(self.bots)
+                    await self.redis.hdel(heartbeats, *map(self._consumer, gone))
+
+    async def _check_keys(self) -> None:
+        """End the streams whose key is no longer their bot's: the keys of every stream
+        here in one HMGET per `KEYS_PER_CHECK`, not a lookup per stream."""
+        owners = {(l.key_hash, l.bot) for ls in self.bots.values() for l in ls}  # noqa: E741
+        hashes = sorted({key_hash for key_hash, _ in owners})
+        valid: dict[str, str] = {}
+        for at in range(0, len(hashes), KEYS_PER_CHECK):
+            chunk = hashes[at : at + KEYS_PER_CHECK]
+            names = await self.redis.hmget(self.keys.bot_key_hashes(), chunk)
+            valid.update((h, as_text(n)) for h, n in zip(chunk, names, strict=True) if n)
+        for listeners in self.bots.values():
+            for listener in listeners:
+                if valid.get(listener.key_hash) != listener.bot:
+                    listener.revoked = True
+                    listener.close()
+
+    def _consumer(self, bot: str) -> str:
+        return f"{self.name}-bot-{bot}"
+
+    @staticmethod
+    def _beat_of(bot: str) -> str:
+        """What a bot worker's heartbeat says (`services.bus.consumer.write_heartbeat`)."""
+        return json.dumps({
+            "role": f"bot-{bot}", "group": WORKERS_GROUP, "time": now_ms(),
+            "pid": os.getpid(), "host": socket.gethostname(), "via": "gateway",
+        })  # fmt: skip

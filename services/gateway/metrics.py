@@ -4,6 +4,11 @@ Counters and histograms live in a registry per application (never the process-gl
 one, so two gateways in one process, as in tests, do not collide). Consumer lag and
 pending entries per group, and live games, are read from Redis when Prometheus scrapes:
 they are the pipeline's state, not this process's.
+
+By default `/metrics` is served on the gateway's own site to anyone, as before. An operator
+can serve it on a port of its own instead (`--metrics-host/--metrics-port`; the main site
+then answers 404) or ask for a bearer token (`--metrics-token`, compared in constant time,
+never logged).
 """
 
 from __future__ import annotations
@@ -40,6 +45,10 @@ class Metrics:
             registry=r,
         )  # fmt: skip
         self.live_games = Gauge("agon_live_games", "Games being played", registry=r)
+        self.connections_refused = Counter(
+            "agon_connections_refused", "Connections refused over a cap or closed at a deadline",
+            ["reason"], registry=r,
+        )  # fmt: skip
 
     async def refresh(self, redis: Client, keys: Keys) -> None:
         """Read lag, pending entries and live games from Redis (one pipeline)."""

@@ -8,6 +8,7 @@ document cannot drift from what the app serves (a test checks both ways).
 from __future__ import annotations
 
 import functools
+import hmac
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ from schemas.api import (
     BoardBody,
     BotKeyBody,
     BotMoveBody,
+    BotSettingsBody,
     CatalogueBody,
     ErrorBody,
     GameCreatedBody,
@@ -31,8 +33,8 @@ from schemas.api import (
     SeqBody,
 )
 from schemas.tournaments import TournamentSpec
-from services.gateway import appkeys, bots, games, pages, sockets, tournaments
-from services.gateway.http import respond
+from services.gateway import appkeys, bots, games, imports, pages, sockets, tournaments
+from services.gateway.http import ApiError, bearer, errors, respond
 
 Handler = Any
 
@@ -64,6 +66,7 @@ GAME_ID = Param("id", "path", {"type": "string", "pattern": r"^[A-Za-z0-9_.-]{1,
 TOURNAMENT_ID = Param(
     "id", "path", {"type": "string", "pattern": r"^[A-Za-z0-9_-]{1,24}$"}, "", True
 )
+BOT_NAME = Param("name", "path", {"type": "string", "pattern": r"^[A-Za-z0-9_.-]{1,64}$"}, "", True)
 SINCE = Param("since", "query", {"type": "integer", "minimum": 0}, "the last seq already seen")
 REFUSED = (ErrorBody, "refused: the code says why")
 ASSET = r"^[a-z0-9_-]{1,64}\.(js|css|html)$"
@@ -83,10 +86,35 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    app = request.app
+    if request.app[appkeys.SETTINGS].metrics_port:  # served on a port of their own
+        raise ApiError("not_found", "metrics are not served here")
+    return await scrape_of(request.app, request)
+
+
+async def scrape_of(app: web.Application, request: web.Request) -> web.Response:
+    """`/metrics` of the gateway `app`, on its own site or on the metrics site: for a
+    request bearing the metrics token when one is set."""
+    settings = app[appkeys.SETTINGS]
+    token = settings.metrics_token
+    if token and not hmac.compare_digest(bearer(request).encode(), token.encode()):
+        raise ApiError(
+            "bad_key", "/metrics needs the metrics token as a bearer (--metrics-token)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )  # fmt: skip
     data = app[appkeys.METRICS]
-    await data.refresh(app[appkeys.REDIS], app[appkeys.SETTINGS].keys)
+    await data.refresh(app[appkeys.REDIS], settings.keys)
     return web.Response(body=data.text(), content_type="text/plain", charset="utf-8")
+
+
+def metrics_app(main: web.Application) -> web.Application:
+    """A site of its own serving only `/metrics` of `main` (`--metrics-port`)."""
+    app = web.Application(middlewares=[errors])
+
+    async def metrics(request: web.Request) -> web.Response:
+        return await scrape_of(main, request)
+
+    app.router.add_get("/metrics", metrics)
+    return app
 
 
 async def openapi_document(request: web.Request) -> web.Response:
@@ -95,8 +123,10 @@ async def openapi_document(request: web.Request) -> web.Response:
 
 ROUTES: tuple[Route, ...] = (
     Route(
-        "POST", "/api/games", games.create_game, "Create a game; a token per human seat",
-        body=NewGame, answers={201: (GameCreatedBody, "created"), 422: REFUSED},
+        "POST", "/api/games", games.create_game,
+        "Create a game; a token per human seat (within the address's quota)",
+        body=NewGame,
+        answers={201: (GameCreatedBody, "created"), 403: REFUSED, 422: REFUSED, 429: REFUSED},
     ),
     Route(
         "GET", "/api/games", games.list_games, "Games, newest first, filtered and paged",
@@ -151,13 +181,41 @@ ROUTES: tuple[Route, ...] = (
         answers={200: ("text/plain", "the export"), 404: REFUSED},
     ),
     Route(
-        "POST", "/api/games/import", games.import_game,
-        "Import an exported JSONL log: verified, replayed, stored as a new finished game",
-        answers={201: ("application/json", "imported"), 422: REFUSED},
+        "POST", "/api/games/import", imports.import_game,
+        "Import an exported JSONL log (a registered bot's key, within its quota): verified,"
+        " replayed, stored as a new finished game marked imported, never rated",
+        bearer=True,
+        answers={201: ("application/json", "imported"), 401: REFUSED, 422: REFUSED,
+                 429: REFUSED},
     ),
     Route(
-        "POST", "/api/bots", bots.register, "Register an outside bot; its key is shown once",
-        body=NewBot, tag="bots", answers={201: (BotKeyBody, "registered"), 409: REFUSED},
+        "GET", "/.well-known/agon-export-key", games.export_key,
+        "The Ed25519 public key exports are signed with (agon verify-export --key)",
+        tag="operations", answers={200: ("application/json", '{"alg": "ed25519", "key": b64}')},
+    ),
+    Route(
+        "POST", "/api/bots", bots.register,
+        "Register an outside bot (within the address's quota); its key is shown once",
+        body=NewBot, tag="bots",
+        answers={201: (BotKeyBody, "registered"), 409: REFUSED, 429: REFUSED},
+    ),
+    Route(
+        "POST", "/api/bots/{name}/key", bots.rotate_key,
+        "Rotate the bot's key (send the current one): the new key is shown once, the old one"
+        " stops working", params=(BOT_NAME,), tag="bots", bearer=True,
+        answers={201: (BotKeyBody, "the new key"), 401: REFUSED, 403: REFUSED},
+    ),
+    Route(
+        "DELETE", "/api/bots/{name}/key", bots.revoke_keys,
+        "Revoke every key of the bot (the operator's: the admin token as the bearer)",
+        params=(BOT_NAME,), tag="bots", bearer=True,
+        answers={200: ("application/json", "how many keys were revoked"), 401: REFUSED},
+    ),
+    Route(
+        "PATCH", "/api/bots/{name}", bots.update_bot,
+        "Set the bot's standing settings with its key: whether anyone may seat it in a game",
+        body=BotSettingsBody, params=(BOT_NAME,), tag="bots", bearer=True,
+        answers={200: ("application/json", "its settings"), 401: REFUSED, 403: REFUSED},
     ),
     Route(
         "GET", "/api/bot/stream", bots.bot_stream,
@@ -179,8 +237,18 @@ ROUTES: tuple[Route, ...] = (
     ),
     Route(
         "GET", "/api/tournaments", tournaments.list_tournaments,
-        "Tournaments and matches, newest first", tag="tournaments",
-        answers={200: ("application/json", "{\"tournaments\": [summary, ...]}")},
+        "Tournaments and matches, newest first, paged (ETag: 304 when unchanged)",
+        tag="tournaments",
+        answers={
+            200: ("application/json", "{\"tournaments\": [summary, ...], \"cursor\"}"),
+            304: (None, "not modified"), 400: REFUSED,
+        },
+        params=(
+            Param("limit", "query",
+                  {"type": "integer", "minimum": 1, "maximum": tournaments.MAX_LIST}),
+            Param("cursor", "query", {"type": "integer", "minimum": 0},
+                  "the previous page's cursor"),
+        ),
     ),
     Route(
         "POST", "/api/tournaments", tournaments.create_tournament,
@@ -207,17 +275,27 @@ ROUTES: tuple[Route, ...] = (
     ),
     Route(
         "GET", "/api/leaderboards/{game}", tournaments.leaderboard,
-        "Glicko-2 ratings of the players of a game, per option set", tag="tournaments",
-        params=(Param("game", "path", {"type": "string", "pattern": BOARD}, "", True),),
-        answers={200: ("application/json", "the boards"), 404: REFUSED},
+        "Glicko-2 ratings of the players of a game, per option set; `limit` rows of each "
+        "board from `offset` (ETag: 304 when unchanged)", tag="tournaments",
+        params=(
+            Param("game", "path", {"type": "string", "pattern": BOARD}, "", True),
+            Param("limit", "query",
+                  {"type": "integer", "minimum": 1, "maximum": tournaments.MAX_BOARD_PAGE}),
+            Param("offset", "query", {"type": "integer", "minimum": 0}),
+        ),
+        answers={
+            200: ("application/json", "the boards"), 304: (None, "not modified"),
+            400: REFUSED, 404: REFUSED,
+        },
     ),
     Route(
         "GET", "/health", health, "Whether the gateway reaches Redis", tag="operations",
         answers={200: (HealthBody, "up"), 503: (HealthBody, "Redis unreachable")},
     ),
     Route(
-        "GET", "/metrics", metrics, "Prometheus metrics", tag="operations",
-        answers={200: ("text/plain", "metrics")},
+        "GET", "/metrics", metrics,
+        "Prometheus metrics (a bearer with --metrics-token; absent with --metrics-port)",
+        tag="operations", answers={200: ("text/plain", "metrics"), 401: REFUSED},
     ),
     Route(
         "GET", "/openapi.json", openapi_document, "This document", tag="operations",

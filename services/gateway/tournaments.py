@@ -10,20 +10,24 @@ not write tournament logs (`agon acl`: only the operator and the director may) a
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
 from aiohttp import web
 from redis.exceptions import NoPermissionError
 
 from engine import game_names
-from schemas.tokens import admin_token, tokens_equal
 from schemas.tournaments import TOURNAMENT_ID_RE, TournamentSpec, new_tournament_id
 from services.bus.consumer import now_ms
 from services.gateway import appkeys
-from services.gateway.http import ApiError, read_body, respond
+from services.gateway.caching import cacheable
+from services.gateway.http import ApiError, int_param, operator, read_body, respond
+from services.gateway.leaderboards import Leaderboards
 from services.tournament.aggregate import Tournament
 from services.tournament.director import cancel
 from services.tournament.results import (
-    game_results,
-    leaderboards,
     report,
     standings_csv,
     summary,
@@ -32,8 +36,15 @@ from services.tournament.results import (
 )
 from services.tournament.store import TournamentStore
 
-#: Tournaments a list shows.
-MAX_LIST = 200
+log = logging.getLogger("agon.gateway")
+
+#: Tournaments a page of the list shows: by default, and at most (each is folded from its
+#: log, so a page costs what its tournaments' logs hold).
+LIST_PAGE, MAX_LIST = 20, 50
+#: Leaderboard rows a page shows per board: by default, and at most.
+BOARD_PAGE, MAX_BOARD_PAGE = 100, 500
+#: How long a client may reuse a list (seconds): short, since results keep coming.
+LIST_MAX_AGE, BOARD_MAX_AGE = 2, 5
 
 
 #: What a gateway whose Redis user may not write tournaments says to create or cancel.
@@ -48,15 +59,6 @@ def _store(request: web.Request) -> TournamentStore:
     return TournamentStore(app[appkeys.REDIS], app[appkeys.SETTINGS].keys)
 
 
-def _operator(request: web.Request) -> None:
-    auth = request.headers.get("Authorization", "")
-    token = auth.removeprefix("Bearer ").strip()
-    if not (auth.startswith("Bearer ") and token):
-        raise ApiError("bad_key", "send the admin token as 'Authorization: Bearer TOKEN'")
-    if not tokens_equal(token, admin_token(request.app[appkeys.SECRET])):
-        raise ApiError("bad_key", "that is not the admin token")
-
-
 async def _load(request: web.Request) -> Tournament:
     tid = request.match_info["id"]
     t = None
@@ -68,13 +70,23 @@ async def _load(request: web.Request) -> Tournament:
 
 
 async def list_tournaments(request: web.Request) -> web.Response:
+    """A page of tournaments, newest first: `limit` (at most MAX_LIST) from `cursor` (the
+    previous page's, a position in the list)."""
+    limit = int_param(request, "limit", LIST_PAGE, 1, MAX_LIST)
+    start = int_param(request, "cursor", 0, 0, 10**9)
     store = _store(request)
-    found = await store.load_many(await store.ids(limit=MAX_LIST))
-    return respond(request, {"tournaments": [summary(t) for t in found if t is not None]})
+    raw: Any = await store.redis.zrevrange(store.keys.tournaments(), start, start + limit)
+    ids = [r.decode() if isinstance(r, bytes) else str(r) for r in raw]
+    found = await store.load_many(ids[:limit])
+    body = {
+        "tournaments": [summary(t) for t in found if t is not None],
+        "cursor": str(start + limit) if len(ids) > limit else None,
+    }
+    return cacheable(request, body, max_age=LIST_MAX_AGE)
 
 
 async def create_tournament(request: web.Request) -> web.Response:
-    _operator(request)
+    operator(request)
     spec = await read_body(request, TournamentSpec)
     if spec.game not in game_names():
         raise ApiError("invalid_request", f"unknown game {spec.game!r}; known: {game_names()}")
@@ -106,7 +118,7 @@ async def standings_file(request: web.Request) -> web.Response:
 
 
 async def cancel_tournament(request: web.Request) -> web.Response:
-    _operator(request)
+    operator(request)
     try:
         t = await cancel(_store(request), (await _load(request)).id)
     except NoPermissionError:
@@ -114,13 +126,34 @@ async def cancel_tournament(request: web.Request) -> web.Response:
     return respond(request, summary(t))
 
 
+async def leaderboard_cache(app: web.Application) -> AsyncIterator[None]:
+    """cleanup_ctx: the gateway's `Leaderboards`, its computations cancelled on stop."""
+    app[appkeys.LEADERBOARDS] = cache = Leaderboards()
+    yield
+    with contextlib.suppress(Exception):
+        await cache.close()
+
+
 async def leaderboard(request: web.Request) -> web.Response:
+    """A page of the Glicko-2 leaderboards of a game's rules: `limit` rows of every board
+    (at most MAX_BOARD_PAGE) from `offset`; each board says its `total` rows."""
     game = request.match_info["game"]
     if game not in game_names():
         raise ApiError("not_found", f"no game {game!r}; known: {', '.join(game_names())}")
+    limit = int_param(request, "limit", BOARD_PAGE, 1, MAX_BOARD_PAGE)
+    offset = int_param(request, "offset", 0, 0, 10**9)
     app = request.app
-    results = await game_results(app[appkeys.REDIS], app[appkeys.SETTINGS].keys, game)
-    return respond(request, {"game": game, "boards": leaderboards(results, now_ms())})
+    held = await app[appkeys.LEADERBOARDS].boards(
+        app[appkeys.REDIS], app[appkeys.SETTINGS].keys, game
+    )
+    boards = [
+        {**b, "rows": b["rows"][offset : offset + limit], "total": len(b["rows"])}
+        for b in held.boards
+    ]
+    more = any(len(b["rows"]) > offset + limit for b in held.boards)
+    body = {"game": game, "boards": boards, "offset": offset, "limit": limit}
+    body["next"] = offset + limit if more else None
+    return cacheable(request, body, max_age=BOARD_MAX_AGE)
 
 
 __all__ = [
@@ -128,6 +161,7 @@ __all__ = [
     "create_tournament",
     "get_tournament",
     "leaderboard",
+    "leaderboard_cache",
     "list_tournaments",
     "standings_file",
 ]

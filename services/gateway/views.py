@@ -132,6 +132,8 @@ def api_view(game: GameFold) -> dict[str, Any]:
         "deadline": game.deadline or None,
         "created": created["time"],
         "updated": game.updated,
+        # The engine's mark of an imported game: replayable here, never rated.
+        "imported_from": created.get("imported_from"),
         "board": board(game),
     }
     if stored.get("error"):

@@ -116,9 +116,18 @@ class GameIndex:
         return out
 
 
+def imported(game: GameFold) -> bool:
+    """Whether a game was imported (`ImportGame`): the engine marks its `GameCreated`
+    (`services.export.rekeyed`), whatever the file said. An import proves only that someone
+    holds a log that chains and replays, not that the game was played here: it never counts
+    in the competition read models (results, ratings, leaderboards, tournaments, bot health),
+    and its cells there are stated absent, so a rebuild also drops any recorded before."""
+    return "imported_from" in game.created
+
+
 class BotResults:
     """`botresults:<bot>`: per bot, each finished game's outcome for it (field "<id>|<seat>":
-    a bot may hold both seats)."""
+    a bot may hold both seats); never an imported game's (`imported`)."""
 
     name = "bot-results"
     kind: Kind = "hash"
@@ -132,7 +141,8 @@ class BotResults:
         for seat in game.seats:
             if seat["kind"] != "bot":
                 continue
-            outcome = _outcome(game, seat["seat"]) if game.status == "ended" else None
+            counted = game.status == "ended" and not imported(game)
+            outcome = _outcome(game, seat["seat"]) if counted else None
             cell_field = f"{game.game_id}|{seat['seat']}"
             out.append(Cell("hash", keys.bot_results(p, seat["name"]), cell_field, outcome))
         return out
@@ -171,7 +181,8 @@ def result_record(game: GameFold) -> str:
 
 class Results:
     """Finished games' result records, for leaderboards and ratings (`results:<game>`, every
-    game with both seats named) and for tournaments (`tresults:<tournament>`)."""
+    game with both seats named) and for tournaments (`tresults:<tournament>`); never an
+    imported game's (`imported`)."""
 
     name = "results"
     kind: Kind = "hash"
@@ -186,7 +197,8 @@ class Results:
         tournament = game.created.get("tournament")
         if not named and tournament is None:
             return []
-        record = result_record(game) if game.status == "ended" else None
+        counted = game.status == "ended" and not imported(game)
+        record = result_record(game) if counted else None
         out = []
         if named:
             out.append(Cell("hash", keys.results(p, game.created["game"]), gid, record))

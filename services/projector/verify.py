@@ -21,8 +21,9 @@ from schemas.codec import DecodeError, decode_event, event_hash, unpack_event
 from schemas.events import GameCreated, GameEnded, GameStarted, MovePlayed, PlayerSeated
 from services.bus.clients import LogEntry, QueryClient, log_entries
 from services.bus.connection import Client, scan_keys
-from services.bus.consumer import as_text
+from services.bus.consumer import as_text, now_ms
 from services.bus.keys import Keys
+from services.bus.stuck import stuck_games
 from services.projector.fold import fold
 from services.projector.registry import (
     Expected,
@@ -160,8 +161,11 @@ class VerifyReport:
         return not self.problems
 
 
-async def verify(redis: Client, keys: Keys | None = None, chunk: int = 500) -> VerifyReport:
-    """Check every hash chain, replay every log, compare every read model with the logs."""
+async def verify(
+    redis: Client, keys: Keys | None = None, chunk: int = 500, now: int | None = None
+) -> VerifyReport:
+    """Check every hash chain, replay every log, compare every read model with the logs, and
+    find stuck games (as of `now`, default the clock's)."""
     keys = keys or Keys()
     query = QueryClient(redis, keys)
     report = VerifyReport()
@@ -190,6 +194,10 @@ async def verify(redis: Client, keys: Keys | None = None, chunk: int = 500) -> V
     await _archived(redis, keys, set(ids), expected, report)
     stored = await snapshot(redis, keys)
     report.problems.extend(compare_read_models(expected_canonical(expected), stored))
+    report.problems.extend(
+        f"game {gid}: stuck: playing, its turn past due, and no clock or turn set for it"
+        for gid in await stuck_games(redis, keys, now_ms() if now is None else now)
+    )
     return report
 
 

@@ -1,10 +1,12 @@
 """A tournament's results and the leaderboards, read from the results read models.
 
 The records are the projector's (`registry.Results`: one per finished game, in its
-partition); this module reads them from every partition and turns them into what people
-look at, through the pure functions of `services.stats.results`: standings with
-tie-breaks, the crosstable, terminations and faults, per-bot health, each pair's Elo with
-error bars, LOS and pentanomial counts, Glicko-2 ratings, and a match's SPRT.
+partition, never an imported one's); this module reads them from every partition and
+turns them into what people look at, through the pure functions of
+`services.stats.results`: standings with tie-breaks, the crosstable, terminations and
+faults, per-bot health, each pair's Elo with error bars, LOS and pentanomial counts,
+Glicko-2 ratings, and a match's SPRT. Leaderboards replay every record of a game's rules,
+so the gateway computes them once per `results_version` (`gateway.leaderboards.Leaderboards`).
 """
 
 from __future__ import annotations
@@ -61,12 +63,14 @@ async def _records(redis: Client, keys: Sequence[str]) -> list[bytes]:
 
 
 async def tournament_results(redis: Client, keys: Keys, t: Tournament) -> list[GameResult]:
-    """Every finished game of `t`, from the read models, in the order they ended."""
+    """Every finished game of `t`, from the read models, in the order they ended. Only the
+    games `t` scheduled count: a game that merely names the tournament (its `GameCreated`
+    is anyone's to write in a log) is no result of it."""
     pairs = {gid: (s.scheduled.encounter, s.scheduled.round) for gid, s in t.games.items()}
     records = await _records(
         redis, [keys.tournament_results(p, t.id) for p in keys.all_partitions()]
     )
-    out = [parse_record(r, pairs) for r in records]
+    out = [r for r in (parse_record(r, pairs) for r in records) if r.game_id in pairs]
     return sorted(out, key=lambda r: (r.ended_ms, r.game_id))
 
 
@@ -87,10 +91,35 @@ async def tournament_report(redis: Client, keys: Keys, t: Tournament) -> dict[st
     return report(t, await tournament_results(redis, keys, t), await started(redis, keys, t))
 
 
+async def game_records(redis: Client, keys: Keys, game: str) -> list[bytes]:
+    """Every result record of the rules `game` (finished games between two named players)."""
+    return await _records(redis, [keys.results(p, game) for p in keys.all_partitions()])
+
+
 async def game_results(redis: Client, keys: Keys, game: str) -> list[GameResult]:
     """Every finished game of the rules `game` between two named players."""
-    records = await _records(redis, [keys.results(p, game) for p in keys.all_partitions()])
+    return _sorted_results(await game_records(redis, keys, game))
+
+
+def _sorted_results(records: Sequence[bytes]) -> list[GameResult]:
     return sorted((parse_record(r) for r in records), key=lambda r: (r.ended_ms, r.game_id))
+
+
+async def results_version(redis: Client, keys: Keys, game: str) -> tuple[int, ...]:
+    """The version of the rules `game`'s results: how many records each partition holds
+    (one HLEN each, whatever their number). A record is written once, when its game ends,
+    and kept (`agon archive` keeps it too); only a rebuild that drops imported games'
+    records takes any away, so the counts change whenever the records do."""
+    pipe = redis.pipeline(transaction=False)
+    for p in keys.all_partitions():
+        pipe.hlen(keys.results(p, game))
+    return tuple(int(n) for n in await pipe.execute())
+
+
+def ranked(records: Sequence[bytes], now_ms: int | None = None) -> list[dict[str, Any]]:
+    """`leaderboards` of result records: the costly part (every record parsed, Glicko-2
+    replayed over all of them), which the gateway runs in a thread, once per version."""
+    return leaderboards(_sorted_results(records), now_ms)
 
 
 def leaderboards(results: Sequence[GameResult], now_ms: int | None = None) -> list[dict[str, Any]]:
