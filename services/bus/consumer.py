@@ -92,6 +92,11 @@ async def write_heartbeat(
     redis: Client, heartbeats: str, consumer: str, role: str, group: str, **extra: Any
 ) -> None:
     """One consumer's heartbeat in the `heartbeats` hash: who it is, when, and `extra`."""
+    await redis.hset(heartbeats, consumer, heartbeat_value(role, group, **extra))
+
+
+def heartbeat_value(role: str, group: str, **extra: Any) -> str:
+    """A heartbeat as stored: role, group, time, process and host, and `extra`."""
     beat = {
         "role": role,
         "group": group,
@@ -100,7 +105,7 @@ async def write_heartbeat(
         "host": socket.gethostname(),
         **extra,
     }
-    await redis.hset(heartbeats, consumer, json.dumps(beat))
+    return json.dumps(beat)
 
 
 def id_ms(entry_id: bytes | str) -> int:

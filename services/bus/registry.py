@@ -78,6 +78,15 @@ class BotRegistry:
         await self.redis.hset(self.keys.bot_key_hashes(), token_hash(key), name)
         return key
 
+    async def fold_names(self) -> int:
+        """Claim the case-folded name of every bot registered before names were folded, so
+        that none can be registered again in another case; how many were claimed now."""
+        claimed = 0
+        async for name, _ in self.redis.hscan_iter(self.keys.registered_bots()):
+            text = as_text(name)
+            claimed += int(await self.redis.hsetnx(self.keys.bot_names(), text.casefold(), text))
+        return claimed
+
     async def is_bot_name(self, name: str, built_in: Iterable[str]) -> bool:
         """Whether `name`, in any case, is the platform's or a registered bot's."""
         return reserved(name, built_in) or bool(

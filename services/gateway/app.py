@@ -24,6 +24,7 @@ from services.bus.cache import LRU
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import connect
 from services.bus.feeds import FeedTail
+from services.bus.registry import BotRegistry
 from services.bus.secret import shared_secret
 from services.gateway import appkeys, routes, tournaments
 from services.gateway.guard import secure_headers
@@ -72,6 +73,8 @@ def _parts(
         )
         app[appkeys.REDIS] = redis
         app[appkeys.SECRET] = await shared_secret(redis, keys)
+        app[appkeys.BOT_REGISTRY] = BotRegistry(redis, keys)
+        await app[appkeys.BOT_REGISTRY].fold_names()
         commands = CommandClient(
             redis, keys, name=app[appkeys.NAME], timeout_s=settings.command_timeout_s
         )
@@ -92,11 +95,7 @@ def _parts(
         try:
             yield
         finally:
-            stop.set()
-            sockets = app[appkeys.SOCKETS]
-            for ws in list(sockets):
-                with contextlib.suppress(Exception):
-                    await ws.close(code=1001, message=b"gateway stopping")
+            stop.set()  # sockets and bot streams were ended first (`_closing`)
             for task in (following, reading):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -123,4 +122,6 @@ async def _closing(app: web.Application) -> None:
         for ws in list(sockets)
     ]
     if closing:
-        await asyncio.wait(closing, timeout=CLOSING_S)
+        _, late = await asyncio.wait(closing, timeout=CLOSING_S)
+        for task in late:  # a peer that never answers the handshake
+            task.cancel()

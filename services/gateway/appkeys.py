@@ -9,6 +9,7 @@ from aiohttp import web
 
 from services.bus.cache import LRU
 from services.bus.clients import CommandClient, QueryClient
+from services.bus.registry import BotRegistry
 
 if TYPE_CHECKING:
     from services.gateway.leaderboards import Leaderboards
@@ -23,6 +24,8 @@ NAME: web.AppKey[str] = web.AppKey("name", str)
 REDIS: web.AppKey[Any] = web.AppKey("redis")
 SECRET: web.AppKey[bytes] = web.AppKey("secret", bytes)
 COMMANDS: web.AppKey[CommandClient] = web.AppKey("commands", CommandClient)
+#: Outside bots' names, keys and consent (`services.bus.registry`).
+BOT_REGISTRY: web.AppKey[BotRegistry] = web.AppKey("bot_registry", BotRegistry)
 QUERY: web.AppKey[QueryClient] = web.AppKey("query", QueryClient)
 STATES: web.AppKey[GameStates] = web.AppKey("states")
 HUB: web.AppKey[Hub] = web.AppKey("hub")

@@ -38,7 +38,7 @@ from schemas.api import (
 from schemas.commands import PlayMove
 from schemas.replies import Reply
 from schemas.tokens import bot_token, token_hash
-from services.bus.registry import BotRegistry, Refused, reserved
+from services.bus.registry import Refused, reserved
 from services.gateway import appkeys
 from services.gateway.games import within_quota
 from services.gateway.http import (
@@ -62,10 +62,6 @@ from services.projector.fold import GameFold
 REGISTRY_STATUS = {"name_taken": 409, "name_reserved": 409}
 
 
-def registry(app: web.Application) -> BotRegistry:
-    return BotRegistry(app[appkeys.REDIS], app[appkeys.SETTINGS].keys)
-
-
 async def register(request: web.Request) -> web.Response:
     body = await read_body(request, NewBot)
     if reserved(body.name, bot_names()):  # refused before it spends any quota
@@ -73,7 +69,7 @@ async def register(request: web.Request) -> web.Response:
     # Registrants are anonymous: the quota is their address's (the first of `client_keys`).
     await within_quota(request, "register", client_keys(request)[0])
     try:
-        key = await registry(request.app).register(
+        key = await request.app[appkeys.BOT_REGISTRY].register(
             body.name, bot_names(), accept_challenges=body.accept_challenges
         )
     except Refused as exc:
@@ -103,7 +99,7 @@ async def bot_of_key(app: web.Application, key_hash: str) -> str | None:
     known = app[appkeys.BOT_KEYS].get(key_hash)
     if known is not None and known[1] > time.monotonic():
         return known[0]
-    name = await registry(app).bot_of(key_hash)
+    name = await app[appkeys.BOT_REGISTRY].bot_of(key_hash)
     if name is None:
         app[appkeys.BOT_KEYS].pop(key_hash)
         return None
@@ -125,7 +121,7 @@ async def _owner(request: web.Request) -> tuple[str, str]:
 
 async def rotate_key(request: web.Request) -> web.Response:
     bot, key_hash = await _owner(request)
-    key = await registry(request.app).rotate(bot, key_hash)
+    key = await request.app[appkeys.BOT_REGISTRY].rotate(bot, key_hash)
     request.app[appkeys.BOT_KEYS].pop(key_hash)  # here it stops now; elsewhere within the cache
     if key is None:
         raise ApiError("bad_key", "this key was rotated already; use the new one")
@@ -138,7 +134,7 @@ async def revoke_keys(request: web.Request) -> web.Response:
     registered, so nobody else takes it (its games and results keep it)."""
     operator(request)
     name = request.match_info["name"]
-    revoked = await registry(request.app).revoke(name)
+    revoked = await request.app[appkeys.BOT_REGISTRY].revoke(name)
     request.app[appkeys.BOT_KEYS].clear()
     return respond(request, {"name": name, "revoked": revoked})
 
@@ -146,7 +142,7 @@ async def revoke_keys(request: web.Request) -> web.Response:
 async def update_bot(request: web.Request) -> web.Response:
     bot, _ = await _owner(request)
     body = await read_body(request, BotSettingsBody)
-    await registry(request.app).set_accept_challenges(bot, body.accept_challenges)
+    await request.app[appkeys.BOT_REGISTRY].set_accept_challenges(bot, body.accept_challenges)
     return respond(request, {"name": bot, "accept_challenges": body.accept_challenges})
 
 

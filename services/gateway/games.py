@@ -31,7 +31,6 @@ from services import export
 from services.archive import ARCHIVED, Archive, ArchiveError, open_archive
 from services.bus import quotas
 from services.bus.clients import STATUSES, LogEntry
-from services.bus.registry import BotRegistry
 from services.gateway import appkeys
 from services.gateway.caching import cacheable
 from services.gateway.http import (
@@ -79,8 +78,6 @@ async def within_quota(request: web.Request, action: str, principal: str) -> Non
 async def create_game(request: web.Request) -> web.Response:
     app = request.app
     body = await read_body(request, NewGame)
-    # Creators are anonymous: the quota is their address's (the first of `client_keys`).
-    await within_quota(request, "create", client_keys(request)[0])
     seats: list[SeatSpec] = []
     for spec in body.seats:
         if isinstance(spec, BotSeatSpec):
@@ -89,6 +86,9 @@ async def create_game(request: web.Request) -> web.Response:
         else:
             await check_person(request, spec.human.name)
             seats.append(SeatSpec(kind="human", name=spec.human.name))
+    # Creators are anonymous: the quota is their address's (the first of `client_keys`); a
+    # game refused for its seats costs none.
+    await within_quota(request, "create", client_keys(request)[0])
     game_id = new_game_id()
     create = CreateGame(
         command_id=new_command_id(),
@@ -127,7 +127,7 @@ async def check_bot(request: web.Request, name: str) -> None:
     if name in bot_names():
         return
     app = request.app
-    bots = BotRegistry(app[appkeys.REDIS], app[appkeys.SETTINGS].keys)
+    bots = app[appkeys.BOT_REGISTRY]
     record = await bots.record(name)
     if record is None:
         known = ", ".join(bot_names())
@@ -150,9 +150,7 @@ async def check_person(request: web.Request, name: str) -> None:
     case): results are kept by name, so a person resigning as "alphabeta" would lose the
     bot's rating for it."""
     app = request.app
-    if name and await BotRegistry(app[appkeys.REDIS], app[appkeys.SETTINGS].keys).is_bot_name(
-        name, bot_names()
-    ):
+    if name and await app[appkeys.BOT_REGISTRY].is_bot_name(name, bot_names()):
         raise ApiError("name_taken", f"{name} is a bot's name; a person plays under another")
 
 

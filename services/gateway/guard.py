@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import resource
 import time
@@ -82,6 +83,20 @@ def connection_cap(files: int, asked: int = 0) -> int:
     file limit leaves after its reserve."""
     fits = max(16, files - max(RESERVED_FILES, files // 4))
     return min(asked, fits) if asked > 0 else fits
+
+
+def client_address(host: str) -> str:
+    """Whom a peer address counts as: itself, or an IPv6 address's /64, which one host
+    commonly holds whole (so a cap or quota per address is not one per /128)."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
 
 
 def address_cap(total: int, asked: int) -> int:
@@ -150,7 +165,7 @@ class GuardedHandler(web.RequestHandler):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
-        self._address = str(peer[0]) if peer else ""
+        self._address = client_address(str(peer[0])) if peer else ""
         if not self._door.admit(self._address):
             cast(asyncio.Transport, transport).abort()  # over a cap: no parsing, no log line
             return

@@ -25,6 +25,7 @@ from schemas.replies import Rejected, Reply
 from schemas.tokens import admin_token, tokens_equal
 from services.bus.connection import TRANSIENT_ERRORS, WRITES_REFUSED
 from services.gateway import appkeys
+from services.gateway.guard import client_address
 
 log = logging.getLogger("agon.gateway")
 
@@ -208,7 +209,7 @@ def bearer(request: web.Request) -> str:
 
 def client_keys(request: web.Request) -> list[str]:
     """Whom a request counts against: its address, and its bearer key if it has one."""
-    keys = [f"addr:{request.remote}"]
+    keys = [f"addr:{client_address(request.remote or '')}"]
     if token := bearer(request):
         keys.append("key:" + token[:16])
     return keys

@@ -18,10 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
-import socket
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -33,7 +30,7 @@ from schemas.api import EventMessage
 from schemas.codec import DecodeError, unpack
 from services.bus.clients import QueryClient
 from services.bus.connection import TRANSIENT_ERRORS, Client, is_cluster
-from services.bus.consumer import as_text, now_ms
+from services.bus.consumer import as_text, heartbeat_value
 from services.bus.feeds import FeedTail
 from services.bus.keys import WORKERS_GROUP, Keys
 from services.export import export_line
@@ -413,8 +410,5 @@ class TurnReader:
 
     @staticmethod
     def _beat_of(bot: str) -> str:
-        """What a bot worker's heartbeat says (`services.bus.consumer.write_heartbeat`)."""
-        return json.dumps({
-            "role": f"bot-{bot}", "group": WORKERS_GROUP, "time": now_ms(),
-            "pid": os.getpid(), "host": socket.gethostname(), "via": "gateway",
-        })  # fmt: skip
+        """What a bot worker's heartbeat says, from the gateway that serves its streams."""
+        return heartbeat_value(f"bot-{bot}", WORKERS_GROUP, via="gateway")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
 
 from aiohttp import web
 from redis.exceptions import NoPermissionError
@@ -75,8 +74,7 @@ async def list_tournaments(request: web.Request) -> web.Response:
     limit = int_param(request, "limit", LIST_PAGE, 1, MAX_LIST)
     start = int_param(request, "cursor", 0, 0, 10**9)
     store = _store(request)
-    raw: Any = await store.redis.zrevrange(store.keys.tournaments(), start, start + limit)
-    ids = [r.decode() if isinstance(r, bytes) else str(r) for r in raw]
+    ids = await store.ids(limit=limit + 1, offset=start)  # one more: is there a next page?
     found = await store.load_many(ids[:limit])
     body = {
         "tournaments": [summary(t) for t in found if t is not None],

@@ -104,10 +104,10 @@ class TournamentStore:
         for ev in await self.events(t.id, after=t.seq):
             t.apply(ev)
 
-    async def ids(self, *, active: bool = False, limit: int = 1000) -> list[str]:
-        """Tournament ids, newest first."""
+    async def ids(self, *, active: bool = False, limit: int = 1000, offset: int = 0) -> list[str]:
+        """Tournament ids, newest first, from the `offset`-th."""
         key = self.keys.active_tournaments() if active else self.keys.tournaments()
-        raw: Any = await self.redis.zrevrange(key, 0, limit - 1)
+        raw: Any = await self.redis.zrevrange(key, offset, offset + limit - 1)
         return [as_text(r) for r in raw]
 
 

@@ -227,3 +227,18 @@ async def test_a_person_cannot_play_under_a_bots_name(client: TestClient) -> Non
         f"6 bot and system names as a person's: {sorted(set(statuses))}; 'ada': {person.status}",
     )
     assert held, statuses
+
+
+async def test_a_bot_registered_before_names_were_folded_keeps_its_name_in_every_case(
+    arena: Arena,
+) -> None:
+    """Bots registered before names were case-folded have no folded claim: a gateway makes
+    it when it starts, so "ALPHA" cannot join an older "Alpha"."""
+    await arena.redis.hset(arena.keys.registered_bots(), "Oldtimer", '{"registered": 1}')
+    client = await arena.gateway()
+    resp = await client.post("/api/bots", json={"name": "OLDTIMER"})
+    answer = await resp.json()
+    held = (resp.status, answer.get("code")) == (409, "name_taken")
+    figure = f"'OLDTIMER' after an older 'Oldtimer': {resp.status} {answer.get('code')}"
+    report("a case twin of a bot older than folded names", held, figure)
+    assert held, answer

@@ -29,7 +29,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
 
-from services.gateway.guard import quiet_accept_errors
+from services.gateway.guard import client_address, quiet_accept_errors
 from services.redis_embedded import free_port
 from tests.gateway import Arena, new_game
 from tests.procs import ROOT
@@ -237,3 +237,12 @@ async def test_accept_errors_are_one_line_per_interval(caplog: pytest.LogCapture
     )
     assert len(lines) == 1 and not tracebacks, [r.getMessage() for r in lines]
     assert loop.get_exception_handler() is None  # given back
+
+
+def test_an_ipv6_host_counts_as_its_64() -> None:
+    """Caps and quotas per address: one host holds a whole IPv6 /64, so it is one address."""
+    a, b = client_address("2001:db8:1:2::1"), client_address("2001:db8:1:2:ffff::9")
+    assert a == b == "2001:db8:1:2::/64"
+    assert client_address("2001:db8:1:3::1") != a
+    assert client_address("::ffff:192.0.2.7") == client_address("192.0.2.7") == "192.0.2.7"
+    assert client_address("") == ""
