@@ -9,7 +9,8 @@ brings games back, each file checked first (hash chain, replay, the sha256 the i
 recorded); a file that fails is refused with one line naming the game and the problem, and
 the command then exits 1. DIR defaults to `$AGON_ARCHIVE`. Both need `--redis-url` (or
 `$REDIS_URL`): a fresh private server has nothing to archive. Bad input is one line and
-exit 2.
+exit 2. A failover midway is said in one line and the run starts again once Redis answers
+(`--wait-s`): every game's move is guarded by a script, so a game done is not done twice.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from services.archive import (
 from services.bus.connection import Client
 from services.bus.keys import Keys
 from services.options import UsageError, positive_int
-from services.redis_embedded import add_service_arguments
+from services.redis_embedded import add_service_arguments, add_wait_argument
 
 KIB = 1024
 
@@ -105,6 +106,7 @@ class _Archive:
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_service_arguments(parser)
+        add_wait_argument(parser)
         parser.add_argument(
             "--older-than",
             required=True,
@@ -150,7 +152,7 @@ class _Archive:
                 print(json.dumps(stats.summary()))
             return 1 if stats.failed else 0
 
-        return _with_redis(args, body, embedded=False)
+        return _with_redis(args, body, embedded=False, repeatable=True)
 
 
 def _archive_summary(stats: ArchiveStats, where: Archive, age: int) -> str:
@@ -180,6 +182,7 @@ class _Restore:
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_service_arguments(parser)
+        add_wait_argument(parser)
         parser.add_argument("game_ids", nargs="*", metavar="ID", help="archived games to restore")
         parser.add_argument(
             "--from",
@@ -220,7 +223,7 @@ class _Restore:
                 print(json.dumps({**vars(stats), "seconds": round(stats.seconds, 3)}))
             return 1 if stats.refused else 0
 
-        return _with_redis(args, body, embedded=False)
+        return _with_redis(args, body, embedded=False, repeatable=True)
 
 
 def _ids(where: Archive, game_ids: list[str]) -> list[str]:

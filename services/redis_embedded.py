@@ -26,7 +26,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
+from services.bus.connection import WAIT_S
 from services.bus.keys import DEFAULT_PARTITIONS, DEFAULT_PREFIX
+from services.options import non_negative_float
 
 #: How long a starting server may take to answer PING before we call the start failed.
 START_TIMEOUT_S = 10.0
@@ -257,6 +259,16 @@ def add_service_arguments(parser: argparse.ArgumentParser) -> None:
         "--partitions", type=int, default=DEFAULT_PARTITIONS, help="partitions (default: 16)"
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+
+
+def add_wait_argument(parser: argparse.ArgumentParser) -> None:
+    """`--wait-s`: how long a command that reads or writes Redis rides out its absence (a
+    failover) before it gives up (`services.bus.connection.ride_out`)."""
+    parser.add_argument(
+        "--wait-s", type=non_negative_float, default=WAIT_S, metavar="S",
+        help="while Redis is away or a cluster fails over, try again for up to S seconds"
+        " (default: %(default)s)",
+    )  # fmt: skip
 
 
 def setup_logging(verbose: bool) -> None:

@@ -16,7 +16,8 @@ result at the end, and the numbered move list with the current ply's move in bra
 On a terminal without `--ply` it is interactive (rich's `Live` on the alternate screen,
 keys read in cbreak mode): ←/→ (h/l, p/n) step, Home/End jump, q quits. Otherwise it prints
 the position after ply N (default: the end) once. Every bad input (unknown game, unreadable
-or corrupted file, ply out of range, Redis away) is one line and exit 2.
+or corrupted file, ply out of range, Redis away) is one line and exit 2; Redis going away
+while the log is read (a failover) is said in one line and waited for, up to `--wait-s`.
 """
 
 from __future__ import annotations
@@ -44,13 +45,13 @@ from schemas.codec import unpack_event
 from schemas.events import NO_RESULT_REASONS
 from services.archive import ARCHIVE_ENV, Archive, ArchiveError
 from services.bus.clients import LogEntry, QueryClient
-from services.bus.connection import TRANSIENT_ERRORS, RedisUnavailable, connect, redact
+from services.bus.connection import RedisUnavailable, connect, redact, ride_out
 from services.bus.keys import Keys
 from services.export import ExportError, log_problems, read_jsonl
 from services.export_cmd import read_text
 from services.options import UsageError, non_negative_int
 from services.projector.fold import GameFold, by_ply
-from services.redis_embedded import add_service_arguments
+from services.redis_embedded import add_service_arguments, add_wait_argument
 
 #: Colour 1 and colour 2 as drawn, and their colour-blind-safe styles (Okabe-Ito sky blue
 #: and orange, readable on dark and light terminals alike).
@@ -91,6 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"read a game that is not in Redis from this archive (default: ${ARCHIVE_ENV})",
     )
     add_service_arguments(parser)
+    add_wait_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -139,7 +141,7 @@ def _from_redis(args: argparse.Namespace) -> list[LogEntry]:
             " or an archived game with --archive DIR)"
         )
     keys = Keys(args.prefix, args.partitions)
-    entries = asyncio.run(_read_log(url, keys, args.game_id)) if url else []
+    entries = asyncio.run(_read_log(url, keys, args.game_id, args.wait_s)) if url else []
     if not entries and args.archive:
         entries = _from_archive(args.archive, args.game_id)
     if not entries:
@@ -164,15 +166,20 @@ def _from_archive(root: str, game_id: str) -> list[LogEntry]:
     return entries or []
 
 
-async def _read_log(url: str, keys: Keys, game_id: str) -> list[LogEntry]:
-    # One attempt: a reader has nothing to wait for, and retries would log a line each.
+async def _read_log(url: str, keys: Keys, game_id: str, wait_s: float) -> list[LogEntry]:
+    # One attempt to connect: a wrong URL is said at once. Once Redis answered, a failover
+    # while the log is read is waited out (`--wait-s`).
     try:
         redis = await connect(url, wait_s=0)
     except RedisUnavailable as exc:
         raise UsageError(str(exc)) from None
     try:
-        return await QueryClient(redis, keys).log(game_id)
-    except TRANSIENT_ERRORS as exc:
+        return await ride_out(
+            lambda: QueryClient(redis, keys).log(game_id),
+            wait_s=wait_s,
+            say=lambda line: print(f"agon replay: {line}", file=sys.stderr, flush=True),
+        )
+    except RedisUnavailable as exc:
         raise UsageError(f"lost Redis at {redact(url)} while reading: {exc}") from None
     finally:
         await redis.aclose()

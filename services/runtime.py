@@ -16,6 +16,14 @@ Every command takes `--redis-url` (default `$REDIS_URL`). Commands that play run
 redis-server without one; commands that inspect (verify, rebuild) refuse instead, since a
 fresh empty server would always look fine. Each subcommand is an object with
 `add_arguments(parser)` and `run(args) -> int`, the shape `services.cli` expects.
+
+Safe by default on a replicated Redis: every command that runs services (these, and
+`agon tournament run`, `agon match`) takes `--ack-replicas N|auto` and `--ack-timeout-ms`
+(`add_ack_arguments`), passed to each service it runs; auto waits for one replica when the
+Redis, or any primary of the cluster, has one connected, else for none (no WAIT at all).
+Each service says its setting once and beats with it. Commands that only read or repair
+(`_with_redis(..., repeatable=True)`) ride out a failover: one line, then the whole body
+again once Redis answers, for up to `--wait-s`.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.exceptions import NoPermissionError
 
@@ -45,7 +53,16 @@ from schemas.events import NO_RESULT_REASONS
 from schemas.tournaments import TournamentSpec, new_tournament_id
 from services.archive import ARCHIVE_ENV
 from services.bus.clients import CommandClient, QueryClient
-from services.bus.connection import TRANSIENT_ERRORS, Client, RedisUnavailable, connect, redact
+from services.bus.connection import (
+    TRANSIENT_ERRORS,
+    WAIT_S,
+    Client,
+    RedisUnavailable,
+    connect,
+    connected_replicas,
+    redact,
+    ride_out,
+)
 from services.bus.consumer import (
     HEARTBEAT_EVERY_S,
     StreamConsumer,
@@ -67,7 +84,12 @@ from services.options import (
     positive_int,
 )
 from services.projector import Projector, compare_read_models, rebuild, snapshot, verify
-from services.redis_embedded import add_service_arguments, redis_url_or_embedded, setup_logging
+from services.redis_embedded import (
+    add_service_arguments,
+    add_wait_argument,
+    redis_url_or_embedded,
+    setup_logging,
+)
 from services.tournament.director import Director
 from services.tournament.store import TournamentStore
 
@@ -78,6 +100,8 @@ POLL_S = 0.05
 
 #: A game name and its options, as `--game` and `--option` give them.
 GameSpec = tuple[str, dict[str, str]]
+
+T = TypeVar("T")
 
 
 class ServiceSet:
@@ -98,24 +122,22 @@ class ServiceSet:
         claim_idle_ms: int = 30_000,
         director: bool = True,
         ack_replicas: int = 0,
+        ack_timeout_ms: int = 1000,
     ) -> None:
         self.redis = redis
         self.keys = keys
-        idle = claim_idle_ms
-        self.engines = [
-            EngineService(redis, keys, block_ms=block_ms, claim_idle_ms=idle, replicas=ack_replicas)
-            for _ in range(engines)
-        ]
-        self.projector = Projector(
-            redis, keys, block_ms=block_ms, claim_idle_ms=idle, replicas=ack_replicas
-        )
-        self.dispatcher = Dispatcher(
-            redis, keys, block_ms=block_ms, claim_idle_ms=idle, replicas=ack_replicas
-        )
-        self.workers = [
-            BotWorker(redis, b, keys, block_ms=block_ms, claim_idle_ms=idle, replicas=ack_replicas)
-            for b in sorted(set(bots))
-        ]
+        self.ack_replicas = ack_replicas
+        # Every service waits for the same replicas (`--ack-replicas`, `--ack-timeout-ms`).
+        common: dict[str, Any] = {
+            "block_ms": block_ms,
+            "claim_idle_ms": claim_idle_ms,
+            "replicas": ack_replicas,
+            "replica_timeout_ms": ack_timeout_ms,
+        }
+        self.engines = [EngineService(redis, keys, **common) for _ in range(engines)]
+        self.projector = Projector(redis, keys, **common)
+        self.dispatcher = Dispatcher(redis, keys, **common)
+        self.workers = [BotWorker(redis, b, keys, **common) for b in sorted(set(bots))]
         self.director = Director(redis, keys) if director else None
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -127,6 +149,7 @@ class ServiceSet:
         # Groups first, so that nothing written from now on is missed by a late reader.
         for service in self.services():
             await service.setup()
+        announce_acks(self.services(), self.ack_replicas)
         runners: list[Callable[[asyncio.Event], Coroutine[Any, Any, None]]] = [
             s.run for s in self.services()
         ]
@@ -304,10 +327,13 @@ async def selfplay(
     timeout_s: float = 600.0,
     engines: int = 1,
     services: bool = True,
+    ack_replicas: int = 0,
+    ack_timeout_ms: int = 1000,
 ) -> SelfplayResult:
     """Play `count` games per spec between `bots`: through services run in this process, or
     (`services` False) through a deployment that runs them elsewhere."""
-    running = ServiceSet(redis, keys, bots, engines=engines) if services else None
+    acks: dict[str, Any] = {"ack_replicas": ack_replicas, "ack_timeout_ms": ack_timeout_ms}
+    running = ServiceSet(redis, keys, bots, engines=engines, **acks) if services else None
     if running is not None:
         await running.start()
     try:
@@ -330,6 +356,65 @@ async def selfplay(
     return result
 
 
+# -- waiting for replicas, riding out failovers ------------------------------------------------
+def ack_replicas_arg(text: str) -> int | None:
+    """`--ack-replicas`: a count, or `auto` (None)."""
+    return None if text == "auto" else non_negative_int(text)
+
+
+def add_ack_arguments(parser: argparse.ArgumentParser, done: str = "its work done") -> None:
+    """`--ack-replicas` and `--ack-timeout-ms`, for every command that runs services: what
+    each service waits for before it counts `done`."""
+    parser.add_argument(
+        "--ack-replicas",
+        type=ack_replicas_arg,
+        default=None,
+        metavar="N|auto",
+        help=f"count {done} only once N replicas hold what it wrote (Redis WAIT; see "
+        "deploy/README.md); auto: 1 when the Redis (a primary of the cluster) has a replica, "
+        "else 0 (default: auto)",
+    )
+    parser.add_argument(
+        "--ack-timeout-ms",
+        type=positive_int,
+        default=1000,
+        help="how long to wait for those replicas; what they did not confirm "
+        "is done again (default: 1000)",
+    )
+
+
+async def replicas_to_wait_for(redis: Client, args: argparse.Namespace) -> int:
+    """`--ack-replicas` as given, or for `auto` 1 when a primary has a replica connected
+    (a failover would lose what only the primary holds), else 0 (no WAIT: as fast as can be)."""
+    if args.ack_replicas is not None:
+        return int(args.ack_replicas)
+    replicas = await again_after_failover(args, lambda: connected_replicas(redis))
+    return 1 if replicas else 0
+
+
+def acks_text(replicas: int) -> str:
+    if not replicas:
+        return "does not wait for replicas"
+    return f"waits for {replicas} replica{'s' * (replicas != 1)} per write"
+
+
+def announce_acks(services: Sequence[StreamConsumer], replicas: int) -> None:
+    """Each service says once what it waits for, and beats with it (`agon status`)."""
+    for service in services:
+        service.ack_replicas = replicas
+        log.warning("%s %s", service.reader.consumer, acks_text(replicas))
+
+
+async def again_after_failover(args: argparse.Namespace, work: Callable[[], Awaitable[T]]) -> T:
+    """`work()`, run again while Redis is away or a cluster fails over (one line on stderr),
+    for up to `--wait-s`; then `RedisUnavailable`."""
+
+    def say(line: str) -> None:
+        print(f"agon {args.command}: {line}", file=sys.stderr, flush=True)
+
+    return await ride_out(work, wait_s=getattr(args, "wait_s", WAIT_S), say=say)
+
+
 # -- the subcommands -----------------------------------------------------------------------
 def _with_redis(
     args: argparse.Namespace,
@@ -337,12 +422,16 @@ def _with_redis(
     *,
     embedded: bool = True,
     serving: bool = False,
+    repeatable: bool = False,
     max_connections: int | None = None,
 ) -> int:
     """Run `body` against `--redis-url` (or, if `embedded`, a private server) and close it.
 
     A `serving` command waits for Redis for ever and stops on SIGTERM or Ctrl-C, also while
-    it waits: `body` gets the event those set. Other commands wait 30 s for Redis.
+    it waits: `body` gets the event those set. Other commands wait 30 s for Redis. Once it
+    answered, a `repeatable` body (safe to run again from its start: reads, and writes
+    guarded by the log head or by scripts) is run again while Redis is away or a cluster
+    fails over (`--wait-s`).
     """
     setup_logging(args.verbose)
     keys = Keys(args.prefix, args.partitions)
@@ -367,7 +456,12 @@ def _with_redis(
             print(f"agon {args.command}: {exc}", file=sys.stderr)
             return 1
         try:
+            if repeatable:
+                return await again_after_failover(args, lambda: body(redis, keys, url, stop))
             return await body(redis, keys, url, stop)
+        except RedisUnavailable as exc:
+            print(f"agon {args.command}: {exc}", file=sys.stderr)
+            return 1
         except NoPermissionError as exc:  # a Redis user (agon acl) not meant for this command
             print(f"agon {args.command}: Redis refused this user: {exc}", file=sys.stderr)
             return 1
@@ -414,6 +508,8 @@ class _Selfplay:
         parser.add_argument("--timeout", type=positive_float, default=600.0, help="seconds to wait")
         parser.add_argument("--verify", action="store_true", help="run `agon verify` afterwards")
         parser.add_argument("--json", action="store_true", help="end with a JSON summary line")
+        add_ack_arguments(parser)
+        add_wait_argument(parser)
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
@@ -438,6 +534,8 @@ class _Selfplay:
         specs = [(name, options) for name in names]
 
         async def body(redis: Client, keys: Keys, url: str, stop: asyncio.Event) -> int:
+            services = args.services == "all"
+            replicas = await replicas_to_wait_for(redis, args) if services else 0
             try:
                 result = await selfplay(
                     redis,
@@ -448,7 +546,9 @@ class _Selfplay:
                     move_time_ms=args.move_time_ms,
                     timeout_s=args.timeout,
                     engines=args.engines,
-                    services=args.services == "all",
+                    services=services,
+                    ack_replicas=replicas,
+                    ack_timeout_ms=args.ack_timeout_ms,
                 )
             except TimeoutError as exc:
                 print(
@@ -459,7 +559,7 @@ class _Selfplay:
             _print_selfplay(result, names, bots)
             status = 0 if result.finished == result.games else 1
             if args.verify:
-                report = await verify(redis, keys)
+                report = await again_after_failover(args, lambda: verify(redis, keys))
                 _print_verify(report.games, report.events, report.problems)
                 status = status or (0 if report.ok else 1)
             if args.json:
@@ -496,6 +596,7 @@ class _Verify:
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_service_arguments(parser)
+        add_wait_argument(parser)
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
     @staticmethod
@@ -509,7 +610,7 @@ class _Verify:
                 _print_verify(report.games, report.events, report.problems)
             return 0 if report.ok else 1
 
-        return _with_redis(args, body, embedded=False)
+        return _with_redis(args, body, embedded=False, repeatable=True)
 
 
 class _Rebuild:
@@ -518,6 +619,7 @@ class _Rebuild:
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_service_arguments(parser)
+        add_wait_argument(parser)
         parser.add_argument(
             "--check",
             action="store_true",
@@ -563,7 +665,7 @@ class _Rebuild:
                 print(json.dumps({**summary, "events_per_sec": round(rate, 1)}))
             return status
 
-        return _with_redis(args, body, embedded=False)
+        return _with_redis(args, body, embedded=False, repeatable=True)
 
 
 class _Up:
@@ -584,6 +686,7 @@ class _Up:
         parser.add_argument(
             "--seconds", type=float, default=0.0, help="stop after this long (0: when interrupted)"
         )
+        add_ack_arguments(parser)
         add_listen_arguments(parser)
 
     @staticmethod
@@ -596,7 +699,11 @@ class _Up:
                 raise UsageError(str(exc)) from None
 
         async def body(redis: Client, keys: Keys, url: str, stop: asyncio.Event) -> int:
-            services = ServiceSet(redis, keys, bots, engines=args.engines)
+            replicas = await replicas_to_wait_for(redis, args)
+            services = ServiceSet(
+                redis, keys, bots, engines=args.engines, ack_replicas=replicas,
+                ack_timeout_ms=args.ack_timeout_ms,
+            )  # fmt: skip
             await services.start()
             # A serving process: keep full collections from rescanning the startup heap.
             settle_heap()
@@ -862,31 +969,18 @@ class _Service:
             "bots": "a turn answered",
         }.get(self.kind)
         if done:
-            parser.add_argument(
-                "--ack-replicas",
-                type=non_negative_int,
-                default=0,
-                help=f"count {done} only once this many replicas hold what it wrote "
-                "(Redis WAIT; see deploy/README.md) (default: 0)",
-            )
-            parser.add_argument(
-                "--ack-timeout-ms",
-                type=positive_int,
-                default=1000,
-                help="how long to wait for those replicas; what they did not confirm "
-                "is done again (default: 1000)",
-            )
+            add_ack_arguments(parser, done)
         parser.add_argument(
             "--drain", action="store_true", help="process what is there, then exit (burst mode)"
         )
 
     def _make(
-        self, redis: Client, keys: Keys, args: argparse.Namespace
+        self, redis: Client, keys: Keys, args: argparse.Namespace, replicas: int
     ) -> list[StreamConsumer | Director]:
         if self.kind == "director":
             return [Director(redis, keys)]
         # What each service waits for before it counts its work done (--ack-replicas).
-        acks = {"replicas": args.ack_replicas, "replica_timeout_ms": args.ack_timeout_ms}
+        acks = {"replicas": replicas, "replica_timeout_ms": args.ack_timeout_ms}
         if self.kind == "engine":
             ttl = int(args.idempotency_hours * 3_600_000)
             return [EngineService(redis, keys, batch=args.batch, reply_ttl_ms=ttl, **acks)]
@@ -909,7 +1003,9 @@ class _Service:
                     raise UsageError(str(exc)) from None
 
         async def body(redis: Client, keys: Keys, url: str, stop: asyncio.Event) -> int:
-            services = self._make(redis, keys, args)
+            replicas = 0 if self.kind == "director" else await replicas_to_wait_for(redis, args)
+            services = self._make(redis, keys, args, replicas)
+            announce_acks([s for s in services if isinstance(s, StreamConsumer)], replicas)
             if args.drain:
                 handled = sum([await service.drain() for service in services])
                 print(f"{self.kind}: {handled} entries handled")

@@ -5,7 +5,7 @@ What it shows, all read in one pipeline (and one INFO per primary):
 - processes: every heartbeat in `Keys.processes` (engines, projectors, dispatchers, bot
   workers, gateways, directors): role, host and pid, the age of its last beat, alive or
   stale (no beat for `DEAD_AFTER_MS`, the rule by which other consumers claim its work),
-  and the counters it beats with;
+  how many replicas its writes wait for (`--ack-replicas`), and the counters it beats with;
 - consumer groups: lag (entries not yet delivered) and pending entries (delivered, not
   acknowledged) of every group on each partition's command stream and feed and on each bot
   inbox (built-in, registered and served bots), summed per group with the worst partition
@@ -19,7 +19,9 @@ What it shows, all read in one pipeline (and one INFO per primary):
 A rich table by default, one JSON object with `--json`; `--watch S` redraws every S
 seconds. `--check` is for health checks: exit 0 when a process (with `--here`: one on
 this host, i.e. this container) has beaten within a second, else 1. A Redis that cannot be
-reached, or that refuses the reads, is one line on stderr and exit 1.
+reached, or that refuses the reads, is one line on stderr and exit 1; one that goes away
+once it answered (a failover) is said in one line and waited for, up to `--wait-s` (not
+with `--check`: a health check answers at once).
 """
 
 from __future__ import annotations
@@ -41,22 +43,23 @@ from rich.table import Table
 from rich.text import Text
 
 from services.bus.clients import STATUSES, QueryClient
-from services.bus.connection import Client, RedisUnavailable, connect, redact
+from services.bus.connection import Client, RedisUnavailable, connect, redact, ride_out
 from services.bus.consumer import DEAD_AFTER_MS, as_text, now_ms
 from services.bus.keys import Keys
 from services.options import UsageError, positive_float
-from services.redis_embedded import add_service_arguments, setup_logging
+from services.redis_embedded import add_service_arguments, add_wait_argument, setup_logging
 
 #: INFO sections read from every primary (several sections in one INFO: Redis >= 7).
 INFO_SECTIONS = ("server", "memory", "replication", "persistence")
 #: Heartbeat fields that describe the process; the others are its counters.
-BEAT_FIELDS = ("role", "group", "time", "pid", "host")
+BEAT_FIELDS = ("role", "group", "time", "pid", "host", "ack_replicas")
 #: Groups in the order the table lists them (others follow by name).
 GROUP_ORDER = ("engine", "projector", "dispatcher", "workers")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_service_arguments(parser)
+    add_wait_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--watch", type=positive_float, metavar="SECONDS", help="redraw every SECONDS"
@@ -110,7 +113,13 @@ async def _main(args: argparse.Namespace, keys: Keys) -> int:
         if args.watch:
             return await _watch(redis, keys, args)
         try:
-            status = await collect(redis, keys, url=args.redis_url, here=args.here)
+            status = await ride_out(
+                lambda: collect(redis, keys, url=args.redis_url, here=args.here),
+                wait_s=args.wait_s,
+                say=lambda line: print(f"agon status: {line}", file=sys.stderr, flush=True),
+            )
+        except RedisUnavailable as exc:
+            return _fail(str(exc))
         except (RedisError, OSError) as exc:
             return _fail(_refusal(exc))
         if args.json:
@@ -178,6 +187,8 @@ def _process(name: str, beat: dict[str, Any], now: int) -> dict[str, Any]:
         "pid": beat.get("pid"),
         "age_ms": age,
         "alive": age <= DEAD_AFTER_MS,
+        # replicas its writes wait for; None for a process that does not say (a gateway)
+        "ack_replicas": beat.get("ack_replicas"),
         "stats": {k: v for k, v in beat.items() if k not in BEAT_FIELDS},
     }
 
@@ -387,14 +398,24 @@ def _processes(status: dict[str, Any]) -> Table:
     title = f"processes: {len(procs) - stale} alive, {stale} stale"
     table = Table(title=title, title_justify="left")
     table.add_column("name", overflow="fold")  # it names the consumer: never cut it
-    for column in ("role", "host/pid", "last beat", "state", "counters"):
+    for column in ("role", "host/pid", "last beat", "state", "waits for", "counters"):
         table.add_column(column)
     for p in procs:
         stats = " ".join(f"{k}={v}" for k, v in p["stats"].items() if k not in ("replies",))
         state = "alive" if p["alive"] else "[red]stale[/]"
         where = f"{p['host']}/{p['pid']}"
-        table.add_row(p["name"], p["role"], where, _age(p["age_ms"]), state, stats)
+        acks = _acks(p["ack_replicas"])
+        table.add_row(p["name"], p["role"], where, _age(p["age_ms"]), state, acks, stats)
     return table
+
+
+def _acks(replicas: Any) -> str:
+    """What a process's writes wait for, as the table shows it."""
+    if replicas is None:
+        return "-"
+    if not replicas:
+        return "none"
+    return f"{replicas} replica{'s' * (replicas != 1)}"
 
 
 def _group_table(status: dict[str, Any]) -> Table:

@@ -40,7 +40,7 @@ from services.options import (
     positive_int,
     probability,
 )
-from services.redis_embedded import add_service_arguments
+from services.redis_embedded import add_service_arguments, add_wait_argument
 from services.stats.sprt import MODELS
 from services.tournament.aggregate import Tournament
 from services.tournament.director import Director, cancel
@@ -57,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run = sub.add_parser("run", help="create (or with --id resume) a tournament and direct it")
     for p in (create, run):
         add_service_arguments(p)
+        add_wait_argument(p)
         _spec_arguments(p, required=p is create)
         p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     run.add_argument("--id", help="resume this tournament instead of creating one")
@@ -68,12 +69,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ):
         p = sub.add_parser(name, help=text)
         add_service_arguments(p)
+        add_wait_argument(p)
         p.add_argument("id", help="the tournament id")
         p.add_argument("--json", action="store_true", help="print JSON")
         if name == "standings":
             p.add_argument("--csv", action="store_true", help="print the standings as CSV")
     listing = sub.add_parser("list", help="every tournament, newest first")
     add_service_arguments(listing)
+    add_wait_argument(listing)
     listing.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -104,6 +107,8 @@ def _game_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _services_argument(p: argparse.ArgumentParser) -> None:
+    from services.runtime import add_ack_arguments
+
     p.add_argument(
         "--services",
         choices=("auto", "all", "none"),
@@ -111,10 +116,12 @@ def _services_argument(p: argparse.ArgumentParser) -> None:
         help="run the engine, projector, dispatcher and bot workers here (all), or drive a "
         "deployment that runs them (none); auto: all without --redis-url, else none",
     )
+    add_ack_arguments(p)
 
 
 def add_match_arguments(parser: argparse.ArgumentParser) -> None:
     add_service_arguments(parser)
+    add_wait_argument(parser)
     parser.add_argument("a", help="the bot tested")
     parser.add_argument("b", help="its opponent")
     parser.add_argument("--game", choices=game_names(), required=True)
@@ -193,11 +200,15 @@ def run(args: argparse.Namespace) -> int:
             spec = _spec(args, args.format, _bots(args.bots), rounds=args.rounds)
     else:
         spec = None
+    # Chosen once: a body run again after a failover creates the same tournament, not two.
+    tid, created = getattr(args, "id", None) or new_tournament_id(), now_ms()
     if action in ("run", "match"):
         services = args.services == "all" or (args.services == "auto" and not args.redis_url)
         return _with_redis(
             args,
-            lambda redis, keys, url, stop: _run(redis, keys, url, stop, args, spec, services),
+            lambda redis, keys, url, stop: _run(
+                redis, keys, url, stop, args, spec, services, tid, created
+            ),
             serving=True,
         )
 
@@ -205,8 +216,7 @@ def run(args: argparse.Namespace) -> int:
         store = TournamentStore(redis, keys)
         if action == "create":
             assert spec is not None
-            tid = new_tournament_id()
-            await store.create(tid, spec, now_ms())
+            await _create(store, tid, spec, created)
             print(json.dumps({"id": tid}) if args.json else tid)
             return 0
         if action == "list":
@@ -230,7 +240,16 @@ def run(args: argparse.Namespace) -> int:
             _print(args, rep, Group(_standings(rep), _crosstable(rep), _ratings(rep)))
         return 0
 
-    return _with_redis(args, body, embedded=False)
+    return _with_redis(args, body, embedded=False, repeatable=True)
+
+
+async def _create(store: TournamentStore, tid: str, spec: TournamentSpec, created: int) -> None:
+    """Create tournament `tid` (a fresh id); a second try after a failover finds its log
+    there and only makes sure it is listed."""
+    try:
+        await store.create(tid, spec, created)
+    except TournamentExists:
+        await store.index(tid, created)
 
 
 def _print(args: argparse.Namespace, data: Any, table: Any) -> None:
@@ -248,31 +267,31 @@ async def _run(
     args: argparse.Namespace,
     spec: TournamentSpec | None,
     services: bool,
+    tid: str,
+    created: int,
 ) -> int:
-    from services.runtime import ServiceSet
+    from services.runtime import ServiceSet, again_after_failover, replicas_to_wait_for
 
     store = TournamentStore(redis, keys)
-    tid = args.id or new_tournament_id()
     if spec is not None:
-        try:
-            await store.create(tid, spec, now_ms())
-        except TournamentExists as exc:
-            print(f"agon tournament: {exc}", file=sys.stderr)
-            return 1
-    t = await store.load(tid)
-    if t is None:
+        await again_after_failover(args, lambda: _create(store, tid, spec, created))
+    found = await again_after_failover(args, lambda: store.load(tid))
+    if found is None:
         print(f"agon tournament: no tournament {tid}; see `agon tournament list`", file=sys.stderr)
         return 1
+    t: Tournament = found
     console = Console(stderr=args.json)
     console.print(f"tournament {tid}: {_describe(t)}; resume with --id {tid}")
     # Each bot thinks in a process of its own (a searching bot would hold the pipeline's
     # interpreter lock, and its clock, for as long as it thinks), and is serving before the
     # director creates the first game.
-    running = ServiceSet(redis, keys, [], director=False) if services else None
+    replicas = await replicas_to_wait_for(redis, args) if services else 0
+    acks = {"ack_replicas": replicas, "ack_timeout_ms": args.ack_timeout_ms}
+    running = ServiceSet(redis, keys, [], director=False, **acks) if services else None
     workers: list[asyncio.subprocess.Process] = []
     if running is not None:
         await running.start()
-        workers = await _bot_processes(url, redis, keys, t.spec.bots)
+        workers = await _bot_processes(url, redis, keys, t.spec.bots, acks)
     director = Director(redis, keys, only=tid)
     await director.setup()
     directing = asyncio.ensure_future(director.run(stop))
@@ -284,9 +303,7 @@ async def _run(
     try:
         with Live(progress, console=console, refresh_per_second=4, transient=True) as live:
             while True:
-                t = await store.load(tid)
-                assert t is not None
-                rep = await tournament_report(redis, keys, t)
+                t, rep = await again_after_failover(args, lambda: _progress(redis, keys, tid))
                 progress.update(
                     task, completed=rep["games"]["finished"], total=rep["games"]["scheduled"]
                 )
@@ -316,14 +333,24 @@ async def _run(
     return 0
 
 
+async def _progress(redis: Client, keys: Keys, tid: str) -> tuple[Tournament, dict[str, Any]]:
+    """The tournament and its report, as `run` shows them."""
+    t = await TournamentStore(redis, keys).load(tid)
+    assert t is not None
+    return t, await tournament_report(redis, keys, t)
+
+
 async def _bot_processes(
-    url: str, redis: Client, keys: Keys, bots: list[str]
+    url: str, redis: Client, keys: Keys, bots: list[str], acks: dict[str, int]
 ) -> list[asyncio.subprocess.Process]:
-    """`agon bots --bot B` for each bot, on this Redis; returns once each has a worker."""
+    """`agon bots --bot B` for each bot, on this Redis, waiting for the replicas the other
+    services wait for (`acks`); returns once each has a worker."""
     procs = []
     for bot in bots:
         command = ["bots", "--bot", bot, "--redis-url", url, "--prefix", keys.prefix]
         command += ["--partitions", str(keys.partitions)]
+        command += ["--ack-replicas", str(acks["ack_replicas"])]
+        command += ["--ack-timeout-ms", str(acks["ack_timeout_ms"])]
         procs.append(
             await asyncio.create_subprocess_exec(
                 sys.executable,

@@ -10,6 +10,11 @@ appends check the log head, projections the seq).
 A plain client packs commands with hiredis (C) instead of redis-py's Python packer, the
 largest cost of a busy engine after the rules. `scan_keys` lists keys on every primary of a
 cluster, which is what listing logs and read models must do.
+
+`ride_out` is how a command (verify, rebuild, archive, status...) rides out a failover the way
+the services do: it runs the command's work again while Redis is away or a cluster fails
+over, saying so once, for a bounded time. `connected_replicas` is what `--ack-replicas auto`
+asks: whether any primary has a replica to wait for.
 """
 
 from __future__ import annotations
@@ -17,8 +22,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import hiredis
@@ -33,6 +38,7 @@ from redis.exceptions import (
     OutOfMemoryError,
     ReadOnlyError,
     RedisClusterException,
+    SlotNotCoveredError,
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -71,6 +77,13 @@ BACKOFF_CAP_S = 5.0
 
 
 _UNREACHABLE: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, RedisClusterException)
+
+#: What a command rides out: Redis away, or a cluster failing over (for a moment a slot has
+#: no node the client knows of).
+FAILING_OVER: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, SlotNotCoveredError)
+
+#: How long a command waits for Redis to answer again once it went away (`--wait-s`).
+WAIT_S = 60.0
 
 
 class RedisUnavailable(RuntimeError):
@@ -231,3 +244,53 @@ async def scan_keys(client: Client, pattern: str, count: int = 1000) -> AsyncIte
         if name not in seen:
             seen.add(name)
             yield name
+
+
+async def connected_replicas(client: Client) -> int:
+    """The most replicas any primary has connected (INFO replication `connected_slaves`);
+    on a cluster every primary is asked."""
+    if isinstance(client, RedisCluster):
+        asks = [client.info("replication", target_nodes=n) for n in client.get_primaries()]
+        infos: list[Any] = await asyncio.gather(*asks)
+    else:
+        infos = [await client.info("replication")]
+    return max((int(info.get("connected_slaves", 0)) for info in infos), default=0)
+
+
+T = TypeVar("T")
+
+
+async def ride_out(
+    work: Callable[[], Awaitable[T]], *, wait_s: float, say: Callable[[str], None]
+) -> T:
+    """`work()`, run again while Redis is away or a cluster fails over, until it succeeds.
+
+    Each outage is said once (`say`, one line) and waited out with backoff for up to
+    `wait_s` seconds; then `RedisUnavailable`. An attempt that ran `wait_s` without failing
+    starts a new outage's count. Only for work that is safe to repeat from its start.
+    """
+    deadline: float | None = None
+    said = False
+    pause = BACKOFF_FIRST_S
+    while True:
+        started = time.monotonic()
+        try:
+            return await work()
+        except FAILING_OVER as exc:
+            now = time.monotonic()
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if deadline is None or now - started >= wait_s:
+                deadline, said, pause = now + wait_s, False, BACKOFF_FIRST_S
+            if now + pause > deadline:
+                raise RedisUnavailable(
+                    f"Redis did not answer again within {wait_s:g} s ({reason}); "
+                    "give it longer with --wait-s"
+                ) from None
+            if not said:
+                say(
+                    f"Redis unavailable ({reason}); trying again until it answers, "
+                    f"for up to {wait_s:g} s"
+                )
+                said = True
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, BACKOFF_CAP_S)

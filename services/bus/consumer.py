@@ -597,6 +597,8 @@ class StreamConsumer:
     #: entries set aside because they failed on their own
     entries_set_aside: int = 0
     entries_handled: int = 0
+    #: replicas each write waits for (`--ack-replicas`), told in the heartbeat
+    ack_replicas: int = 0
 
     def join(
         self,
@@ -665,7 +667,7 @@ class StreamConsumer:
         try:
             await write_heartbeat(
                 self.redis, self.reader.heartbeats, self.reader.consumer, self.role,
-                self.reader.group, **self.stats(),
+                self.reader.group, ack_replicas=self.ack_replicas, **self.stats(),
             )  # fmt: skip
         except WRITES_REFUSED:
             self.write_watch.refused()
