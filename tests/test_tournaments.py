@@ -261,3 +261,29 @@ async def test_the_gateway_creates_shows_and_cancels_tournaments_for_the_operato
 
 async def store_ids(redis: aioredis.Redis, keys: Keys) -> list[str]:
     return await TournamentStore(redis, keys).ids()
+
+
+async def test_a_director_says_redis_is_away_in_one_line(
+    redis_server_factory: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis going away under a director (a restart, a failover) is a warning line per
+    pass, never a traceback in the output of `agon up` or `agon selfplay`."""
+    from services.tournament.director import Director
+
+    server = redis_server_factory()
+    client = aioredis.from_url(server.url)
+    director = Director(client, Keys(prefix="away"), every_s=0.05)
+    stop = asyncio.Event()
+    running = asyncio.create_task(director.run(stop))
+    try:
+        while not director.secret:
+            await asyncio.sleep(0.02)
+        server.stop()
+        await asyncio.sleep(0.5)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)
+        await client.aclose()
+    away = [r for r in caplog.records if r.name == "agon.director" and "unavailable" in r.message]
+    assert away, [r.message for r in caplog.records]
+    assert not [r for r in caplog.records if r.name == "agon.director" and r.exc_info]

@@ -103,6 +103,8 @@ class Director:
             while not stop.is_set():
                 try:
                     await self.drain()
+                except TRANSIENT_ERRORS as exc:  # Redis away, a failover: one line, go on
+                    log.warning("%s: Redis unavailable (%s); retrying", self.name, exc)
                 except Exception:  # a bad pass must not end the director: log it, go on
                     log.exception("director: a pass failed; trying again")
                 with contextlib.suppress(TimeoutError):
