@@ -219,8 +219,8 @@ async def test_reply_memory_expires_after_the_idempotency_window(
     # `agon engine --idempotency-hours` sets the window; 24 h by default.
     parser = argparse.ArgumentParser()
     ENGINE.add_arguments(parser)
-    (short,) = ENGINE._make(redis, keys, parser.parse_args(["--idempotency-hours", "0.5"]))
-    (default,) = ENGINE._make(redis, keys, parser.parse_args([]))
+    (short,) = ENGINE._make(redis, keys, parser.parse_args(["--idempotency-hours", "0.5"]), 0)
+    (default,) = ENGINE._make(redis, keys, parser.parse_args([]), 0)
     assert isinstance(short, EngineService) and isinstance(default, EngineService)
     assert (short.store.reply_ttl_ms, default.store.reply_ttl_ms) == (1_800_000, DAY_MS)
 
