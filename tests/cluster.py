@@ -280,6 +280,21 @@ class RedisClusterProcesses:
         if node.process is not None:
             node.process.send_signal(signal.SIGCONT)
 
+    def kill_holding_unreplicated_writes(self, victim: int, lag_s: float) -> None:
+        """Fail the master on `victim` over while it holds writes no replica has: its
+        replica's link breaks and cannot come back (the replica is stopped) for `lag_s` of
+        writes, then the master dies, its replica takes over and the old master follows it
+        (what WAIT is for)."""
+        behind = self.replica_of(victim)
+        self.pause(behind)
+        self.cut_replica_links(victim)
+        time.sleep(lag_s)
+        self.kill(victim)
+        self.resume(behind)
+        self.wait_ok(30.0)  # the replica took over
+        self.revive(victim)  # ... and the old master follows it
+        self.wait_ok(30.0)
+
     def revive(self, port: int) -> None:
         """Start a killed node again from its directory: it rejoins the cluster with the
         configuration it kept (`nodes.conf`), as a replica if another node took its slots."""
