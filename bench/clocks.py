@@ -9,6 +9,13 @@ and per 1,000 moves (fastchess reports 10 in 20,000 games at its shortest contro
 time p50/p95 as the server measured it (from the turn's hand-over to the move's arrival),
 and moves per second; the baseline is the same games without a clock in the same run, so
 the ratio shows what the clock costs.
+
+Then `SEARCH_GAMES` games of a searching bot (`SEARCHER`, served by a plain `BotWorker` in
+the bots' process, thinking to its clock) against the same random movers, at the same move
+time. For every setting a second table shows, per bot, the moves that arrived after the
+deadline (each ends its game by time forfeit; the worst overrun is the engine's
+`overrun_ms`) and the margin the others left: the deadline less the arrival, p50 and min
+over the rounds' moves (the move time less the server's think time: the games have no bank).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from bots.random_bot import RandomBot
 from bots.worker import BotWorker
 from schemas.codec import decode_turn
 from schemas.commands import CreateGame, SeatSpec
+from schemas.events import GameEnded
 from schemas.turns import TurnRequest
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.consumer import Entry
@@ -59,11 +67,11 @@ class PromptWorker(BotWorker):
             bot="random", token="-",
         )  # fmt: skip
         self._answer(turn)
-        self._states.pop(turn.game_id)
+        self._positions.forget(turn.game_id)
 
     async def process(self, entries: Sequence[Entry]) -> None:
         turns = [decode_turn(e.data) for e in entries if e.data is not None]
-        for req in await self._current(turns):
+        for req in await self._delivered(await self._current(turns)):
             task = asyncio.create_task(self._reply(req))
             self._going.add(task)
             task.add_done_callback(self._going.discard)
@@ -79,30 +87,39 @@ class PromptWorker(BotWorker):
 
 #: Rounds per setting; the table shows their medians.
 ROUNDS = 3
+#: The searching bot whose margin is measured, and how many games of it each round plays.
+SEARCHER = "mcts"
+SEARCH_GAMES = 20
 
 
 def _serve_bots(url: str, prefix: str, ready: Any, stop: Any) -> None:
-    """The bots' process: one `PromptWorker` until `stop` is set."""
+    """The bots' process: one `PromptWorker` and one `SEARCHER` worker until `stop` is set."""
 
     async def serve() -> None:
         redis = aioredis.Redis.from_url(url)
         worker = PromptWorker(redis, Keys(prefix=prefix))
+        searcher = BotWorker(redis, SEARCHER, Keys(prefix=prefix), block_ms=50)
         await worker.setup()
+        await searcher.setup()
         worker.warm_up()
         ready.set()
         done = asyncio.Event()
-        running = asyncio.create_task(worker.run(done))
+        running = [asyncio.create_task(w.run(done)) for w in (worker, searcher)]
         await asyncio.to_thread(stop.wait)
         done.set()
-        await running
+        await asyncio.gather(*running)
         await redis.aclose()
 
     asyncio.run(serve())
 
 
-async def _play(url: str, games: int, move_time_ms: int, round_no: int) -> dict[str, Any]:
+async def _play(
+    url: str, games: int, move_time_ms: int, round_no: int, searcher: str = ""
+) -> dict[str, Any]:
+    """One round: `games` games of random movers, or with `searcher` in one seat of each
+    (first in every other game)."""
     redis = aioredis.Redis.from_url(url)
-    keys = Keys(prefix=f"bench-clocks-{move_time_ms}-{round_no}")
+    keys = Keys(prefix=f"bench-clocks-{searcher}{move_time_ms}-{round_no}")
     services = ServiceSet(redis, keys, [], block_ms=50, director=False)
     spawn = multiprocessing.get_context("spawn")
     ready, stop = spawn.Event(), spawn.Event()
@@ -111,7 +128,13 @@ async def _play(url: str, games: int, move_time_ms: int, round_no: int) -> dict[
     if not await asyncio.to_thread(ready.wait, 60):
         raise RuntimeError("the bots' process did not get ready within 60 s")
     await services.start()
-    ids = [f"c{move_time_ms}-{i}" for i in range(games)]
+    ids = [f"c{searcher}{move_time_ms}-{i}" for i in range(games)]
+    random_seat = SeatSpec(kind="bot", name="random")
+    ids_n = range(games)
+    pairs = [[random_seat] * 2 for _ in ids_n]
+    if searcher:
+        mover = SeatSpec(kind="bot", name=searcher)  # first in every other game
+        pairs = [[mover, random_seat] if i % 2 == 0 else [random_seat, mover] for i in ids_n]
     started = time.perf_counter()
     async with CommandClient(redis, keys) as client:
         await client.send(
@@ -120,7 +143,7 @@ async def _play(url: str, games: int, move_time_ms: int, round_no: int) -> dict[
                     command_id=f"create:{gid}",
                     game_id=gid,
                     game="teeko",
-                    seats=[SeatSpec(kind="bot", name="random")] * 2,
+                    seats=pairs[i],
                     move_time_ms=move_time_ms,
                     seed=i,
                 )
@@ -136,6 +159,11 @@ async def _play(url: str, games: int, move_time_ms: int, round_no: int) -> dict[
     await services.stop()
     # The results read model has every game's end and each move's think time.
     results = await game_results(redis, keys, "teeko")
+    overruns = {}
+    for r in results:
+        if r.reason == "time_forfeit":
+            ends = [e for e in await query.events(r.game_id) if isinstance(e, GameEnded)]
+            overruns[r.game_id] = ends[-1].overrun_ms if ends else 0
     await redis.aclose()
     think = [ms for r in results for seat in r.think_ms for ms in seat]
     moves = len(think)
@@ -154,28 +182,68 @@ async def _play(url: str, games: int, move_time_ms: int, round_no: int) -> dict[
         "think_p95_ms": q(0.95),
         "moves_per_s": moves / seconds,
         "seconds": seconds,
+        "per_bot": _per_bot(results, move_time_ms, overruns),
     }
 
 
-def _median_round(url: str, games: int, move_time_ms: int, progress: Progress) -> dict[str, Any]:
-    """Every figure the median of `ROUNDS` rounds."""
-    label = f"{move_time_ms / 1000:g} s/move" if move_time_ms else "no clock"
-    task = progress.add_task(label, total=ROUNDS)
-    rounds = []
-    for n in range(ROUNDS):
-        rounds.append(asyncio.run(_play(url, games, move_time_ms, n)))
-        progress.advance(task)
-    out = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
-    out["forfeits_each_round"] = [r["forfeits"] for r in rounds]
+def _per_bot(results: Sequence[Any], move_time_ms: int, overruns: dict[str, int]) -> dict[str, Any]:
+    """Per bot: its moves' margins (deadline less arrival), its late moves and their
+    overruns. A late move is never played: it (or the dispatcher's claim) ends the game."""
+    out: dict[str, Any] = {}
+    for r in results:
+        for seat, name in enumerate(r.players, start=1):
+            bot = out.setdefault(name, {"margins": [], "late": 0, "overruns": []})
+            if move_time_ms:
+                bot["margins"].extend(move_time_ms - ms for ms in r.think_ms[seat - 1])
+            if r.reason == "time_forfeit" and r.fault == seat:
+                bot["late"] += 1
+                bot["overruns"].append(overruns.get(r.game_id, 0))
     return out
 
 
+def _median_round(
+    url: str, games: int, move_time_ms: int, progress: Progress, searcher: str = ""
+) -> dict[str, Any]:
+    """Every figure the median of `ROUNDS` rounds; the per-bot figures over all rounds."""
+    label = f"{move_time_ms / 1000:g} s/move" if move_time_ms else "no clock"
+    task = progress.add_task(f"{label} {searcher}".strip(), total=ROUNDS)
+    rounds = []
+    for n in range(ROUNDS):
+        rounds.append(asyncio.run(_play(url, games, move_time_ms, n, searcher)))
+        progress.advance(task)
+    out = {k: statistics.median(r[k] for r in rounds) for k in rounds[0] if k != "per_bot"}
+    out["forfeits_each_round"] = [r["forfeits"] for r in rounds]
+    out["searcher"] = searcher
+    pooled: dict[str, dict[str, Any]] = {}
+    for r in rounds:
+        for name, bot in r["per_bot"].items():
+            into = pooled.setdefault(name, {"margins": [], "late": 0, "overruns": []})
+            for k in ("margins", "late", "overruns"):
+                into[k] += bot[k]
+    out["per_bot"] = {name: _margin_figures(bot) for name, bot in sorted(pooled.items())}
+    return out
+
+
+def _margin_figures(bot: dict[str, Any]) -> dict[str, Any]:
+    margins = bot["margins"]
+    return {
+        "moves": len(margins) + bot["late"],
+        "late": bot["late"],
+        "overrun_max_ms": max(bot["overruns"], default=0),
+        "margin_p50_ms": int(quantile(margins, 0.5)) if margins else None,
+        "margin_min_ms": min(margins, default=None),
+    }
+
+
 def run_clocks_bench(games: int, move_time_s: float) -> list[dict[str, Any]]:
+    """The clocked setting, the baseline, then `SEARCHER`'s games at the clocked time."""
+    move_time_ms = round(move_time_s * 1000)
     with EmbeddedRedis() as server, Progress(transient=True) as progress:
-        clocked = _median_round(server.url, games, round(move_time_s * 1000), progress)
+        clocked = _median_round(server.url, games, move_time_ms, progress)
         baseline = _median_round(server.url, games, 0, progress)
+        search = _median_round(server.url, SEARCH_GAMES, move_time_ms, progress, SEARCHER)
     clocked["moves_per_s_vs_no_clock"] = clocked["moves_per_s"] / max(1e-9, baseline["moves_per_s"])
-    return [clocked, baseline]
+    return [clocked, baseline, search]
 
 
 def print_clocks_table(rows: list[dict[str, Any]]) -> None:
@@ -184,7 +252,8 @@ def print_clocks_table(rows: list[dict[str, Any]]) -> None:
         "think p95", "moves/s",
         title=f"clocks: concurrent bot games, 5-50 ms bots (median of {ROUNDS} rounds)",
     )  # fmt: skip
-    for r in rows:
+    timed = [r for r in rows if not r.get("searcher")]
+    for r in timed:
         table.add_row(
             f"{r['move_time_ms'] / 1000:g} s" if r["move_time_ms"] else "none (baseline)",
             str(r["games"]), str(r["moves"]), str(r["forfeits"]),
@@ -192,10 +261,30 @@ def print_clocks_table(rows: list[dict[str, Any]]) -> None:
             f"{r['think_p95_ms']} ms", f"{r['moves_per_s']:.0f}",
         )  # fmt: skip
     Console().print(table)
-    for r in rows:
+    for r in timed:
         if r["move_time_ms"]:
             each = ", ".join(map(str, r["forfeits_each_round"]))
             Console().print(f"time forfeits in each round at {r['move_time_ms']} ms: {each}")
     ratio = rows[0].get("moves_per_s_vs_no_clock")
     if ratio is not None:
         Console().print(f"moves/s with the clock vs without: {ratio:.2f}x")
+    print_margin_table(rows)
+
+
+def print_margin_table(rows: list[dict[str, Any]]) -> None:
+    """Per setting and bot: late moves and the margin left (deadline less arrival)."""
+    table = Table(
+        "games", "move time", "bot", "moves", "late", "worst overrun", "margin p50",
+        "margin min", title=f"late moves per bot (all {ROUNDS} rounds)",
+    )  # fmt: skip
+    for r in rows:
+        if not r["move_time_ms"]:
+            continue
+        games = f"{r['searcher']} vs random" if r["searcher"] else "random vs random"
+        for name, b in r.get("per_bot", {}).items():
+            table.add_row(
+                games, f"{r['move_time_ms'] / 1000:g} s", name, str(b["moves"]), str(b["late"]),
+                f"{b['overrun_max_ms']} ms" if b["late"] else "-",
+                f"{b['margin_p50_ms']} ms", f"{b['margin_min_ms']} ms",
+            )  # fmt: skip
+    Console().print(table)

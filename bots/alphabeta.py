@@ -1,9 +1,11 @@
 """The alpha-beta bot, made for Teeko: iterative deepening negamax with a transposition table.
 
 Each iteration searches one ply deeper than the last, within the turn's clock, and plays the
-best move of the deepest iteration that finished. Leaves are judged by the greedy bot's
-evaluation (`bots.evaluation`) from the side to move; a won position is worth more the sooner
-it is won, so the search plays a win in one rather than a win in three, and delays a loss.
+best move of the deepest iteration that finished; an iteration that could not finish in the
+time left is not begun, and one the clock runs out in is abandoned at once. Leaves are
+judged by the greedy bot's evaluation (`bots.evaluation`) from the side to move; a won
+position is worth more the sooner it is won, so the search plays a win in one rather than a
+win in three, and delays a loss.
 The transposition table, keyed by position (Teeko's two bitboards and the mover), keeps per
 position the depth searched, the value as an exact value or a bound, and the best move,
 which is tried first at the next visit; after it, moves that caused cut-offs before (the
@@ -18,16 +20,20 @@ other games fall back to a slower key (their snapshot) and searches a few plies 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Hashable
 
 from bots.base import TurnContext, register_bot
-from bots.clock import Clock
+from bots.clock import Clock, thinking
 from bots.evaluation import WIN, evaluate, position_key
 from engine import State
 
 #: seconds to think on a turn without a deadline
 BUDGET_S = 1.0
 MAX_DEPTH = 64
+#: the least a depth is taken to cost over the one before (its branching, after pruning,
+#: is well above this in every game)
+GROWTH = 2.0
 
 EXACT, LOWER, UPPER = 0, 1, 2
 
@@ -115,17 +121,29 @@ class AlphaBetaBot:
         random.Random(f"{self.name}:{context.game_id}:{context.seq}").shuffle(actions)
         best = actions[0]
         if len(actions) > 1:
-            best = self.search(state, actions, _Search(Clock(context, self.budget_s)))
+            with thinking():
+                best = self.search(state, actions, _Search(Clock(context, self.budget_s)))
         return str(state.game.move_of(best))
 
     def search(self, state: State, actions: list[int], search: _Search) -> int:
-        """The best of `actions` after the deepest search the clock allows."""
+        """The best of `actions` after the deepest search the clock allows.
+
+        A depth is not begun when the last one's time times `GROWTH` is more than the time
+        left: it would be cut short, and a depth cut short is thrown away. One begun is
+        abandoned the moment the clock runs out (`negamax` reads it at every node).
+        """
         best = actions[0]
+        clock = search.clock
+        last = 0.0
         for depth in range(1, self.max_depth + 1):
+            if last * GROWTH > clock.left():
+                break
+            began = time.monotonic()
             try:
                 value = search.negamax(state, depth, float("-inf"), float("inf"), actions)
             except _OutOfTime:
                 break
+            last = time.monotonic() - began
             found = search.best_action(state)
             assert found is not None
             best = found

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 
 from bots.base import TurnContext, register_bot
-from bots.clock import Clock
+from bots.clock import Clock, thinking
 from bots.evaluation import colour_of_seat, evaluate
 from engine import State
 
@@ -34,14 +34,15 @@ class GreedyBot:
         random.Random(f"{self.name}:{context.game_id}:{context.seq}").shuffle(actions)
         seat = state.seat_to_move
         best, best_value = actions[0], float("-inf")
-        for action in actions:
-            child = state.clone()
-            child.apply_action(action)
-            value = evaluate(child, colour_of_seat(child, seat))
-            if value > best_value:
-                best, best_value = action, value
-            if clock.expired():
-                break
+        with thinking():
+            for action in actions:
+                child = state.clone()
+                child.apply_action(action)
+                value = evaluate(child, colour_of_seat(child, seat))
+                if value > best_value:
+                    best, best_value = action, value
+                if clock.expired():
+                    break
         return str(state.game.move_of(best))
 
 

@@ -31,19 +31,25 @@ And game-specific aids from `bots.evaluation`, where plain UCT cannot keep up:
 It is seeded from (game id, seq) like the other built-in bots: untried moves are shuffled
 (or ranked with ties broken) by the generator the playouts use, so a given number of
 iterations (`iterations`, for tests) always gives the same move. Without a cap it stops when
-the clock does (`bots.clock`) and plays the most visited move. Positions are copied with
-`clone` and played with `apply_action`; the batched numpy engines (`engine.batch`) play only
-from the initial position, so they cannot serve the playouts from a tree's leaves.
+the clock does (`bots.clock`) and plays the most visited move. It searches with the garbage
+collector paused (`bots.clock.thinking`; its nodes keep no parent link, so the tree makes no
+cycles) and frees the tree on a thread of its own once the move is on its way (`_dispose`):
+either, at the stop, would cost up to a few hundred milliseconds after a long turn.
+Positions are copied with `clone` and played with `apply_action`; the batched numpy engines
+(`engine.batch`) play only from the initial position, so they cannot serve the playouts from
+a tree's leaves.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import threading
+import time
 from collections.abc import Hashable
 
 from bots.base import TurnContext, register_bot
-from bots.clock import Clock
+from bots.clock import Clock, pause_collector, resume_collector, thinking
 from bots.evaluation import cheap_key, colour_of_seat, leaf_value, move_priorities, scale
 from engine import State
 
@@ -51,18 +57,22 @@ from engine import State
 BUDGET_S = 1.0
 #: UCB1's exploration constant for rewards in [0, 1]
 EXPLORATION = 1.0
+#: how long a finished tree is kept before it is freed, so that the move goes out first
+DISPOSE_AFTER_S = 0.02
 #: per game, plies after which a playout is cut short and evaluated (absent: played out)
 CUTOFF: dict[str, int] = {"overflow": 0, "hexade": 0, "teeko": 0}
 
 
 class _Node:
-    """A position in the tree, reached by `action` from `parent` (played by `seat`).
+    """A position in the tree, reached by `action` from its parent (played by `seat`).
 
     `untried` holds the moves not yet expanded, the next one last; `widen` limits how many
     may be expanded by the node's visits. `key` is the position's `cheap_key` (None where
     the game has none); a node whose position repeats one on its path is a `repetition`,
     scored as a draw and never grown. `decisive` is a child that wins the game at once for
-    the seat to move here, which that seat will surely play.
+    the seat to move here, which that seat will surely play. A node holds no link to its
+    parent (an iteration keeps its path): without cycles a tree is freed the moment it is
+    dropped, not by the cyclic collector at some later turn's expense.
     """
 
     __slots__ = (
@@ -70,7 +80,6 @@ class _Node:
         "children",
         "decisive",
         "key",
-        "parent",
         "repetition",
         "reward",
         "seat",
@@ -79,10 +88,7 @@ class _Node:
         "widen",
     )
 
-    def __init__(
-        self, parent: _Node | None, action: int, seat: int, untried: list[int], widen: bool
-    ) -> None:
-        self.parent = parent
+    def __init__(self, action: int, seat: int, untried: list[int], widen: bool) -> None:
         self.action = action
         self.seat = seat
         self.untried = untried
@@ -124,15 +130,25 @@ class MctsBot:
         if len(actions) == 1:
             return str(state.game.move_of(actions[0]))
         rng = random.Random(f"{self.name}:{context.game_id}:{context.seq}")
-        root = self.search(state, rng, Clock(context, self.budget_s))
-        best = root.decisive or max(root.children, key=lambda c: (c.visits, c.reward), default=None)
-        # Out of time before a single iteration: the move the root would have tried first.
-        action = best.action if best is not None else root.untried[-1]
+        with thinking():
+            root = self.search(state, rng, Clock(context, self.budget_s))
+            best = root.decisive or max(
+                root.children, key=lambda c: (c.visits, c.reward), default=None
+            )
+            # Out of time before a single iteration: the move the root would have tried first.
+            action = best.action if best is not None else root.untried[-1]
+            del best
+            _dispose(root)
+            del root
         return str(state.game.move_of(action))
 
     def search(self, state: State, rng: random.Random, clock: Clock) -> _Node:
-        """Grow a tree from `state` until the clock or the iteration cap stops it."""
-        root = self._node(None, -1, 0, state, rng)
+        """Grow a tree from `state` until the clock or the iteration cap stops it.
+
+        The clock is read before every iteration: one iteration costs well under a
+        millisecond, a Hexade expansion (ranking its moves) a few.
+        """
+        root = self._node([], -1, 0, state, rng)
         cutoff = self.cutoff if self.cutoff is not None else CUTOFF.get(state.game.name)
         c = self.exploration
         done = 0
@@ -140,6 +156,7 @@ class MctsBot:
             if clock.expired():
                 break
             node = root
+            path = [root]
             position = state.clone()
             # Selection: UCB1 down to a node that may grow (or a finished game).
             while not node.may_expand() and node.children:
@@ -151,47 +168,43 @@ class MctsBot:
                         node.children,
                         key=lambda ch: ch.reward / ch.visits + explore / math.sqrt(ch.visits),
                     )
+                path.append(node)
                 position.apply_action(node.action)
             # Expansion: one untried move.
             if node.untried and node.decisive is None:
                 action = node.untried.pop()
                 seat = position.seat_to_move
                 position.apply_action(action)
-                child = self._node(node, action, seat, position, rng)
+                child = self._node(path, action, seat, position, rng)
                 node.children.append(child)
                 outcome = position.outcome()
                 winner = outcome.winner if outcome is not None else 0
                 if winner and position.seat_of(winner) == seat:
                     node.decisive = child
                 node = child
+                path.append(child)
             # Playout and backpropagation: the result for seat 1; seat 2 gets the rest.
             first = 0.5 if node.repetition else self._playout(position, rng, cutoff)
-            walk: _Node | None = node
-            while walk is not None:
+            for walk in path:
                 walk.visits += 1
                 walk.reward += first if walk.seat == 1 else 1.0 - first
-                walk = walk.parent
             done += 1
         return root
 
     @staticmethod
-    def _node(
-        parent: _Node | None, action: int, seat: int, state: State, rng: random.Random
-    ) -> _Node:
-        """A new node for `state`: its moves, ranked where the game can rank them.
+    def _node(path: list[_Node], action: int, seat: int, state: State, rng: random.Random) -> _Node:
+        """A new node for `state`, below the nodes of `path` (root first): its moves, ranked
+        where the game can rank them.
 
         A position that repeats one on the node's path is scored as a draw and not grown:
         the rules have nothing against repetition, so going round ends, if ever, at the
         move limit, which is a draw (unless a player turns aside, which the search sees).
         """
         key = cheap_key(state)
-        walk = parent
-        while walk is not None and key is not None:
-            if walk.key == key:
-                node = _Node(parent, action, seat, [], widen=False)
-                node.repetition = True
-                return node
-            walk = walk.parent
+        if key is not None and any(walk.key == key for walk in path):
+            node = _Node(action, seat, [], widen=False)
+            node.repetition = True
+            return node
         actions = state.legal_actions()
         priorities = move_priorities(state, actions) if len(actions) > 1 else None
         if priorities is None:
@@ -201,11 +214,11 @@ class MctsBot:
             rng.shuffle(actions)
             if last is not None:
                 actions.append(last)
-            node = _Node(parent, action, seat, actions, widen=False)
+            node = _Node(action, seat, actions, widen=False)
         else:
             draw = rng.random
             ranked = sorted(zip(priorities, [draw() for _ in actions], actions, strict=True))
-            node = _Node(parent, action, seat, [a for _, _, a in ranked], widen=True)
+            node = _Node(action, seat, [a for _, _, a in ranked], widen=True)
         node.key = key
         return node
 
@@ -228,6 +241,33 @@ class MctsBot:
         if outcome.winner == 0:
             return 0.5
         return 1.0 if state.seat_of(outcome.winner) == 1 else 0.0
+
+
+def _dispose(root: _Node) -> None:
+    """Free a finished tree on a thread of its own, once the move has had time to go out.
+
+    Dropped at once, a tree of 100,000 nodes would hold the interpreter for 0.1 s in one
+    piece before the move could be sent; freed node by node, the freeing lets other threads
+    run between its pieces. The collector stays paused until the tree is gone, so that no
+    pass of it has to walk the tree meanwhile.
+    """
+    paused = pause_collector()
+    thread = threading.Thread(
+        target=_dismantle, args=([root], paused), name="mcts-free", daemon=True
+    )
+    thread.start()
+
+
+def _dismantle(stack: list[_Node], paused: bool) -> None:
+    try:
+        time.sleep(DISPOSE_AFTER_S)
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children)
+            node.children = []
+            node.decisive = None
+    finally:
+        resume_collector(paused)
 
 
 register_bot("mcts", MctsBot)

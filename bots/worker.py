@@ -1,12 +1,16 @@
 """The bot worker: reads a bot's inbox, thinks, and submits the move with the expected seq.
 
 Every worker of one bot joins the inbox's consumer group `workers`, so any number of
-processes share the turns. A turn request is dropped when it is stale: its deadline has
-passed, or the game's log has moved beyond the seq it answers (a redelivered or duplicated
-request). Otherwise the bot chooses on a position rebuilt from the request's moves (cached per
-game, so only the new moves are replayed) and the worker sends a `PlayMove` whose command id
-is "<bot>:<game>:<seq>": a duplicate answer, even a different move from another worker, gets
-the engine's first reply and changes nothing. Workers ask for no reply; the log tells.
+processes share the turns. A turn request is dropped when it is stale: the game's log has
+moved beyond the seq it answers (a redelivered or duplicated request), or its clock was
+claimed before the worker took it. The worker is part of the platform, so a turn's clock
+starts when the worker takes it from the inbox (`services.bus.delivery`): the bot gets its
+whole allowance from then, signed, however long the turn waited behind the platform's own
+backlog in a process it shares. Otherwise the bot chooses on a position rebuilt from the
+request's moves (cached per game, so only the new moves are replayed) and the worker sends
+a `PlayMove` whose command id is "<bot>:<game>:<seq>": a duplicate answer, even a different
+move from another worker, gets the engine's first reply and changes nothing. Workers ask
+for no reply; the log tells.
 
 The bot thinks in a thread, so that the worker's heartbeat goes on while it does: a worker
 that stops beating (killed) has its turns taken over by another worker within seconds.
@@ -26,15 +30,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bots.base import Bot, TurnContext, load_bot
-from engine import Game, Move, State, load_game
+from bots.clock import OVERHEAD, take_planned_stop_ms
+from engine import State
+from engine.positions import Positions
 from schemas.codec import FIELD, DecodeError, decode_turn
 from schemas.commands import PlayMove
 from schemas.turns import TurnRequest
-from services.bus.cache import LRU
 from services.bus.clients import CommandClient
 from services.bus.connection import Client
 from services.bus.consumer import Entry, StreamConsumer, now_ms
+from services.bus.delivery import Deliveries
 from services.bus.keys import WORKERS_GROUP, Keys
+from services.bus.secret import clock_signing_key
 
 log = logging.getLogger("agon.bots")
 
@@ -58,6 +65,7 @@ class BotWorker(StreamConsumer):
         cache_size: int = 10_000,
         replicas: int = 0,
         replica_timeout_ms: int = 1000,
+        clock_key: bytes | None = None,
     ) -> None:
         self.bot = load_bot(bot) if isinstance(bot, str) else bot
         keys = keys or Keys()
@@ -79,19 +87,28 @@ class BotWorker(StreamConsumer):
         self.moves_sent = 0
         self.stale = 0
         self.failed = 0
-        self._games: dict[tuple[str, tuple[tuple[str, str], ...]], Game] = {}
-        self._states: LRU[str, tuple[State, int]] = LRU(cache_size)
+        self._positions = Positions(cache_size)
+        #: Starts the turns' clocks; without `clock_key`, `setup` finds the deployment's.
+        self.deliveries = Deliveries(redis, keys, clock_key, clock) if clock_key else None
+
+    async def setup(self) -> None:
+        await super().setup()
+        if self.deliveries is None:
+            key = await clock_signing_key(self.redis, self.keys)
+            self.deliveries = Deliveries(self.redis, self.keys, key, self.clock)
 
     def stats(self) -> dict[str, int]:
+        lag = self.deliveries.lag.summary() if self.deliveries else {}
         return {
             "moves": self.moves_sent,
             "stale": self.stale,
             "failed": self.failed,
             "set_aside": self.entries_set_aside,
+            **lag,
         }
 
     def forget(self) -> None:
-        self._states.clear()
+        self._positions.clear()
 
     async def process(self, entries: Sequence[Entry]) -> None:
         requests = []
@@ -103,7 +120,7 @@ class BotWorker(StreamConsumer):
             except DecodeError as exc:
                 # Only the dispatcher writes inboxes: there is nobody to answer.
                 await self.set_aside(entry, f"{exc.code}: {exc.message}")
-        current = await self._current(requests)
+        current = await self._delivered(await self._current(requests))
         loop = asyncio.get_running_loop()
         sent: list[concurrent.futures.Future[None]] = []
 
@@ -117,10 +134,9 @@ class BotWorker(StreamConsumer):
                 if req.deadline:
                     share = start + (req.deadline - start) * (i + 1) // len(current)
                 command = self._answer(req, share)
+                planned = take_planned_stop_ms()  # when a thinking bot meant to stop
                 if command is not None:
-                    coro = self.commands.send(
-                        [command], replicas=self.replicas, timeout_ms=self.replica_timeout_ms
-                    )
+                    coro = self._send(command, self.clock(), planned)
                     sent.append(asyncio.run_coroutine_threadsafe(coro, loop))
 
         await asyncio.to_thread(think)
@@ -128,11 +144,38 @@ class BotWorker(StreamConsumer):
         self.moves_sent += len(sent)
         await self.reader.ack(entries)
 
+    async def _send(self, command: PlayMove, chosen: int, planned: int | None) -> None:
+        """Send the move chosen at `chosen`: how long that took is the platform's lag, and
+        how long after the bot `planned` to stop it arrived is the overhead its margin
+        covers (`bots.clock.OVERHEAD`)."""
+        await self.commands.send(
+            [command], replicas=self.replicas, timeout_ms=self.replica_timeout_ms
+        )
+        arrived = self.clock()
+        if self.deliveries is not None:
+            self.deliveries.lag.observe_send(arrived - chosen)
+        if planned is not None:
+            OVERHEAD.observe(arrived - planned)
+
+    async def _delivered(self, requests: list[TurnRequest]) -> list[TurnRequest]:
+        """The requests as they reach the bot now: their clocks start (the deadline and
+        stamp given from now), or they are dropped when their clocks were claimed first."""
+        if self.deliveries is None:
+            await self.setup()
+        assert self.deliveries is not None
+        out = []
+        for r, d in zip(requests, await self.deliveries.deliver(requests), strict=True):
+            if d is None:
+                self.stale += 1
+            elif not r.allowance:
+                out.append(r)  # no clock to start
+            else:
+                out.append(r.model_copy(update={"deadline": d.deadline, "clock": d.clock}))
+        return out
+
     async def _current(self, requests: list[TurnRequest]) -> list[TurnRequest]:
-        """The requests still worth answering: in time, and the log still at their seq."""
-        now = self.clock()
-        live = [r for r in requests if not r.deadline or r.deadline > now]
-        latest: dict[tuple[str, int], TurnRequest] = {(r.game_id, r.seq): r for r in live}
+        """The requests still worth answering: the log still at their seq."""
+        latest = {(r.game_id, r.seq): r for r in requests}
         pipe = self.redis.pipeline(transaction=False)
         for game_id, _ in latest:
             pipe.xlen(self.keys.log(game_id))
@@ -162,27 +205,10 @@ class BotWorker(StreamConsumer):
             # A bot that cannot move, or answers what no command can carry, must not stop
             # the other games; the move clock, if the game has one, ends this one.
             log.exception("bot %s: no move for game %s seq %d", self.bot.name, req.game_id, req.seq)
-            self._states.pop(req.game_id)
+            self._positions.forget(req.game_id)
             self.failed += 1
             return None
 
     def _position(self, req: TurnRequest) -> State:
-        """The position after the request's moves, replaying only moves not yet cached."""
-        cached = self._states.get(req.game_id)
-        if cached is not None and cached[1] <= len(req.moves):
-            state, done = cached
-        else:
-            state, done = self._game(req).new_initial_state(), 0
-        game = state.game
-        for text in req.moves[done:]:
-            # The engine validated these moves when it logged them.
-            state.apply_action(game.action_of(Move.parse(text)))
-        self._states.put(req.game_id, (state, len(req.moves)))
-        return state.clone()
-
-    def _game(self, req: TurnRequest) -> Game:
-        key = (req.game, tuple(sorted(req.options.items())))
-        game = self._games.get(key)
-        if game is None:
-            game = self._games[key] = load_game(req.game, **req.options)
-        return game
+        """The position after the request's moves, replaying only moves not yet seen."""
+        return self._positions.after(req.game_id, req.game, req.options, req.moves).clone()

@@ -7,21 +7,35 @@ Each socket direction is a closed set tagged by `type`, decoded in one place
 
 - a game socket (`/ws/games/{id}`), server to client: `event`, `snapshot`, `reply`,
   `error`, `ping`; client to server: `move`, `resign`, `ping`;
-- a bot's stream (`/api/bot/stream` NDJSON, `/ws/bot`), server to bot: `turn`, `ended`,
-  `reply`, `error`, `ping`; bot to server (`/ws/bot` only): `move`, `ping`.
+- a bot's stream (`/api/bot/stream` NDJSON, `/ws/bot`), server to bot: `turn`, `prepare`,
+  `ended`, `reply`, `error`, `ping`; bot to server (`/ws/bot` only; an NDJSON bot POSTs
+  the same as bodies): `move`, `resign`, `ready`, `ping`.
 
-A `turn` is self-sufficient, as Lichess's bot API is: the game, its options and every
-move so far, so a bot keeps no state between turns. It never carries a seat token: the
-gateway answers for the bot it authenticated by key.
+A `turn` is self-sufficient, as Lichess's bot API is: the game, its options, every move so
+far, the legal moves and the clock, so a bot keeps no state between turns and needs no rules
+to know what it may play. It never carries a seat token: the gateway answers for the bot it
+authenticated by key. `bot_message_schema()` is the JSON Schema of every bot message, served
+beside the OpenAPI document (`/api/bot/messages.json`).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, model_validator
 
-from schemas.base import BotName, ClockStamp, CommandId, GameId, PlayerName, Seat, Seq, TimeMs
+from schemas.base import (
+    BotName,
+    ClockStamp,
+    Colour,
+    CommandId,
+    GameId,
+    PlayerName,
+    Seat,
+    Seq,
+    TimeMs,
+)
+from schemas.commands import TimeoutPolicy
 
 MoveText = Annotated[str, Field(min_length=1, max_length=32)]
 Token = Annotated[str, Field(min_length=1, max_length=256)]
@@ -55,7 +69,19 @@ class NewGame(Body):
     seats: Annotated[list[HumanSeatSpec | BotSeatSpec], Field(min_length=2, max_length=2)]
     #: Seconds per move; none means no clock.
     move_time: Annotated[float, Field(gt=0, le=86_400)] | None = None
+    #: Each seat's time bank in seconds, drawn on by moves that overrun `move_time` (which it
+    #: needs); none means no bank.
+    time_bank: Annotated[float, Field(gt=0, le=86_400)] | None = None
+    #: When the seat to move overruns its clock: it loses (`forfeit`) or a random legal move
+    #: is played for it (`random_move`).
+    on_timeout: TimeoutPolicy = "forfeit"
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _bank_needs_a_clock(self) -> Self:
+        if self.time_bank is not None and self.move_time is None:
+            raise ValueError("a time_bank needs a move_time: the bank pays for overruns")
+        return self
 
 
 class GameCreatedBody(Body):
@@ -82,6 +108,24 @@ class BotMoveBody(Body):
     seq: Seq
     #: The turn's `clock`, if it had one.
     clock: ClockStamp = ""
+
+
+GameOptions = Annotated[
+    dict[Annotated[str, Field(max_length=32)], Annotated[str, Field(max_length=32)]],
+    Field(max_length=16),
+]
+
+
+class ReadyBody(Body):
+    """`POST /api/bot/ready`: the bot has prepared for this game type (answering `prepare`)."""
+
+    game: Annotated[str, Field(min_length=1, max_length=64)]
+    options: GameOptions = Field(default_factory=dict)
+
+
+class HeldBody(Body):
+    #: The turns of this bot's streams here that the answer released.
+    released: Annotated[int, Field(ge=0)]
 
 
 class SeqBody(Body):
@@ -243,28 +287,55 @@ ClientMessage = Annotated[MoveMessage | ResignMessage | PingMessage, Field(discr
 
 # -- a bot's stream ------------------------------------------------------------------------
 class TurnMessage(Body):
+    """The bot is to move: everything it needs, with no rules and no earlier message."""
+
     type: Literal["turn"] = "turn"
     game_id: GameId
     game: str
     options: dict[str, str]
-    #: Every move so far, in order: replay them on `load_game(game, **options)`.
-    moves: list[str]
+    seat: Seat
+    #: The colour the seat plays now (a swap may have exchanged them).
+    colour: Colour
+    #: Moves played so far (the length of `moves`).
+    ply: Annotated[int, Field(ge=0)]
     #: Answer with this seq.
     seq: Seq
-    seat: Seat
+    #: Every move so far, in order: replay them on `load_game(game, **options)`.
+    moves: list[str]
+    #: What the seat may play now, in the engine's order.
+    legal_moves: list[str]
+    #: Ms the bot has for this move from when the turn reached it: the per-move limit and
+    #: what is left of its bank; 0: no clock.
+    allowance: Annotated[int, Field(ge=0)] = 0
+    #: The game's per-move limit in ms (0: none).
+    move_time_ms: Annotated[int, Field(ge=0)] = 0
+    #: What is left of the seat's time bank in ms, drawn on once a move overruns the limit.
+    bank_ms: Annotated[int, Field(ge=0)] = 0
     #: Ms since the epoch by which the move must be in; 0: no clock.
     deadline: TimeMs = 0
-    #: The signed deadline: send it back with the move, and the clock runs from when the
-    #: turn was handed over rather than from the previous move.
+    #: The signed deadline: send it back with the move (the clock ran from the hand-over).
     clock: ClockStamp = ""
+
+
+class PrepareMessage(Body):
+    """A turn of a game type this stream has not said it is ready for is on its way: load
+    what it needs and answer `ready`. The clock of a seat's first turn in a game waits for
+    that answer (up to 10 s); a later turn (a reconnection mid-game) follows at once, its
+    clock running: say `?ready=` when connecting to skip the warm-up."""
+
+    type: Literal["prepare"] = "prepare"
+    game: str
+    options: dict[str, str]
 
 
 class EndedMessage(Body):
     type: Literal["ended"] = "ended"
     game_id: GameId
     seat: Seat
-    #: The winning seat, 0 for a draw or an abort.
-    winner: int
+    #: The winning seat; null for a draw and for a game ended without a result (an abort).
+    winner: Seat | None
+    #: Whether the game was drawn, as the game's view says it.
+    draw: bool
     reason: str
     detail: str = ""
 
@@ -277,14 +348,32 @@ class BotMoveMessage(Body):
     clock: ClockStamp = ""
 
 
+class BotResignMessage(Body):
+    """Give up the game: the other seat wins. None of the games offers draws by agreement."""
+
+    type: Literal["resign"] = "resign"
+    game_id: GameId
+
+
+class ReadyMessage(Body):
+    """The answer to `prepare`: the bot is ready for this game type."""
+
+    type: Literal["ready"] = "ready"
+    game: Annotated[str, Field(min_length=1, max_length=64)]
+    options: GameOptions = Field(default_factory=dict)
+
+
 BotServerMessage = Annotated[
-    TurnMessage | EndedMessage | ReplyMessage | ErrorMessage | PingMessage,
+    TurnMessage | PrepareMessage | EndedMessage | ReplyMessage | ErrorMessage | PingMessage,
     Field(discriminator="type"),
 ]
-BotClientMessage = Annotated[BotMoveMessage | PingMessage, Field(discriminator="type")]
+BotClientMessage = Annotated[
+    BotMoveMessage | BotResignMessage | ReadyMessage | PingMessage, Field(discriminator="type")
+]
+BotClientMessages = BotMoveMessage | BotResignMessage | ReadyMessage | PingMessage
 
 _CLIENT: TypeAdapter[MoveMessage | ResignMessage | PingMessage] = TypeAdapter(ClientMessage)
-_BOT: TypeAdapter[BotMoveMessage | PingMessage] = TypeAdapter(BotClientMessage)
+_BOT: TypeAdapter[BotClientMessages] = TypeAdapter(BotClientMessage)
 _SERVER: TypeAdapter[Any] = TypeAdapter(ServerMessage)
 _BOT_SERVER: TypeAdapter[Any] = TypeAdapter(BotServerMessage)
 
@@ -294,7 +383,7 @@ def decode_client_message(text: str | bytes) -> MoveMessage | ResignMessage | Pi
     return _CLIENT.validate_json(text)
 
 
-def decode_bot_message(text: str | bytes) -> BotMoveMessage | PingMessage:
+def decode_bot_message(text: str | bytes) -> BotClientMessages:
     """A bot socket's message from its bot; `pydantic.ValidationError` if it is none."""
     return _BOT.validate_json(text)
 
@@ -309,6 +398,26 @@ def decode_bot_server_message(text: str | bytes) -> Any:
     return _BOT_SERVER.validate_json(text)
 
 
+def bot_message_schema() -> dict[str, Any]:
+    """The JSON Schema (2020-12) of a bot's stream and socket messages: `$defs` holds each
+    message, `BotServerMessage` (gateway to bot) and `BotClientMessage` (bot to gateway)
+    the two directions; the document itself accepts a message of either."""
+    server = TypeAdapter(BotServerMessage).json_schema(ref_template="#/$defs/{model}")
+    client = TypeAdapter(BotClientMessage).json_schema(ref_template="#/$defs/{model}")
+    defs = {**server.pop("$defs"), **client.pop("$defs")}
+    for message in defs.values():  # a tag has a default in Python, never on the wire
+        message["required"] = ["type", *message.get("required", [])]
+    defs["BotServerMessage"], defs["BotClientMessage"] = server, client
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "/api/bot/messages.json",
+        "title": "Agon bot stream and socket messages",
+        "description": "NDJSON lines of /api/bot/stream and text frames of /ws/bot.",
+        "$defs": defs,
+        "anyOf": [{"$ref": "#/$defs/BotServerMessage"}, {"$ref": "#/$defs/BotClientMessage"}],
+    }
+
+
 __all__ = [
     "BoardBody",
     "BoardCellBody",
@@ -318,6 +427,7 @@ __all__ = [
     "BotKeyBody",
     "BotMoveBody",
     "BotMoveMessage",
+    "BotResignMessage",
     "BotSeatSpec",
     "BotServerMessage",
     "BotSettingsBody",
@@ -328,9 +438,11 @@ __all__ = [
     "ErrorMessage",
     "EventMessage",
     "GameCreatedBody",
+    "GameOptions",
     "GamePageBody",
     "GameRulesBody",
     "HealthBody",
+    "HeldBody",
     "HumanSeat",
     "HumanSeatSpec",
     "MoveBody",
@@ -338,6 +450,9 @@ __all__ = [
     "NewBot",
     "NewGame",
     "PingMessage",
+    "PrepareMessage",
+    "ReadyBody",
+    "ReadyMessage",
     "ReplyMessage",
     "ResignBody",
     "ResignMessage",
@@ -345,6 +460,7 @@ __all__ = [
     "ServerMessage",
     "SnapshotMessage",
     "TurnMessage",
+    "bot_message_schema",
     "decode_bot_message",
     "decode_bot_server_message",
     "decode_client_message",

@@ -70,6 +70,7 @@ def move_played_map(
     to_move: int,
     think_ms: int,
     timeout: bool = False,
+    lag_ms: int = 0,
 ) -> MovePlayedMap:
     """The map of a `MovePlayed` of trusted values, without building (and validating) the
     model: the engine's hottest event. Field by field in `MovePlayed`'s declaration order,
@@ -93,6 +94,8 @@ def move_played_map(
     }
     if timeout:
         event["timeout"] = True
+    if lag_ms:
+        event["lag_ms"] = lag_ms
     return event
 
 

@@ -140,9 +140,11 @@ class MovePlayed(_Lean):
 
     `to_move` is the seat to move next, or 0 when the move ended the game (a
     `GameEnded` follows in the same append). `think_ms` is the time the move took as the
-    server measured it: from the event that gave the seat its turn to the move's arrival in
-    the command stream. `timeout` marks a random move the engine played for a seat that
-    overran its clock (policy `random_move`).
+    server measured it: from when the seat's turn reached it (the event that gave the seat
+    its turn, or later when a bot's turn was delivered late) to the move's arrival in the
+    command stream; `lag_ms` is the platform's part before that, its lag in getting a bot
+    its turn (`services.bus.delivery`), left out of the bot's time. `timeout` marks a random
+    move the engine played for a seat that overran its clock (policy `random_move`).
     """
 
     type: Literal["move_played"] = "move_played"
@@ -155,8 +157,9 @@ class MovePlayed(_Lean):
     to_move: Annotated[int, Field(ge=0, le=2)]
     think_ms: Annotated[int, Field(ge=0)] = 0
     timeout: bool = False
+    lag_ms: Annotated[int, Field(ge=0)] = 0
 
-    LEAN = ("timeout",)
+    LEAN = ("timeout", "lag_ms")
 
 
 class GameEnded(_Lean):
@@ -261,6 +264,7 @@ class GameStartedMap(_EventMapBase):
 class _MovePlayedLean(TypedDict, total=False):
     think_ms: int
     timeout: bool
+    lag_ms: int
 
 
 class MovePlayedMap(_EventMapBase, _MovePlayedLean):

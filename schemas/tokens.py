@@ -10,11 +10,15 @@ the first service of a deployment generates and shares through Redis
 The dispatcher puts the token in each turn request; a worker with the secret could derive
 it too. The operator's `admin_token(secret)` may abort any game.
 
-A bot's move clock runs from when the dispatcher handed the turn over, not from the event
-that made it the bot's turn, so the platform's own lag is never the bot's. The dispatcher
-signs that deadline (`clock_stamp`); the bot sends the stamp back with its move (and the
-dispatcher with its timeout claim), and the engine takes the later of the stamped deadline
-and its own (`stamped_deadline`). Only a holder of the secret can make a stamp.
+A bot's move clock runs from when its turn reached it, not from the event that made it
+the bot's turn, so the platform's own lag is never the bot's. Whoever hands the bot its turn
+(a built-in bot's worker, or the gateway writing to an outside bot's stream) signs the
+deadline it gives (`clock_stamp`) with the clock key (`clock_key`, derived from the secret,
+so a worker can sign clocks without holding the secret); the bot sends the stamp back with
+its move (and the dispatcher with its timeout claim), and the engine takes the later of the
+stamped deadline and its own (`stamped_deadline`), never more than `MAX_GRACE_MS` past its
+own. A claim that a bot's turn never reached it in time is signed with the secret itself
+(`late_stamp`): the game then ends with the platform's termination, not the bot's.
 """
 
 from __future__ import annotations
@@ -58,23 +62,58 @@ def admin_token(secret: bytes) -> str:
     return hmac.new(secret, b"admin", hashlib.sha256).hexdigest()
 
 
-def _clock_mac(secret: bytes, game_id: str, seq: int, deadline: int) -> str:
-    message = f"clock|{game_id}|{seq}|{deadline}".encode()
-    return hmac.new(secret, message, hashlib.sha256).hexdigest()[:32]
+#: The most a signed clock may extend a turn past its deadline counted from the event that
+#: made it the seat's turn: the platform's lag is forgiven up to this, so a stuck platform
+#: cannot give a bot unlimited time; a turn that reached its bot later ends the game with
+#: the platform's termination.
+MAX_GRACE_MS = 15_000
+#: What the platform forgives of its own lag between a bot's answer and the command stream
+#: (a busy event loop, the network): a clock is signed this much past the deadline the bot
+#: is told, the same for every bot, as lichess compensates lag.
+SEND_GRACE_MS = 250
 
 
-def clock_stamp(secret: bytes, game_id: str, seq: int, deadline: int) -> str:
-    """The signed deadline of the turn at `seq` of `game_id`: "<deadline ms>.<mac>"."""
-    return f"{deadline}.{_clock_mac(secret, game_id, seq, deadline)}"
+def clock_key(secret: bytes) -> bytes:
+    """The key that signs move clocks, derived from the secret: a process that hands bots
+    their turns (a bot worker) holds this one, which can sign clocks and nothing else."""
+    return hmac.new(secret, b"clock", hashlib.sha256).hexdigest().encode()
 
 
-def stamped_deadline(secret: bytes, game_id: str, seq: int, stamp: str) -> int | None:
-    """The deadline a stamp signs for this game and seq, or None if it signs none."""
-    deadline, _, mac = stamp.partition(".")
+def _clock_mac(key: bytes, kind: str, game_id: str, seq: int, deadline: int) -> str:
+    message = f"{kind}|{game_id}|{seq}|{deadline}".encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()[:32]
+
+
+def clock_stamp(key: bytes, game_id: str, seq: int, deadline: int) -> str:
+    """The deadline of the turn at `seq` of `game_id`, signed with the clock key:
+    "<deadline ms>.<mac>"."""
+    return f"{deadline}.{_clock_mac(key, 'clock', game_id, seq, deadline)}"
+
+
+def late_stamp(secret: bytes, game_id: str, seq: int, deadline: int) -> str:
+    """The platform's word, signed with the secret, that the turn at `seq` never reached
+    its bot by `deadline`: "<deadline ms>.late.<mac>"."""
+    return f"{deadline}.late.{_clock_mac(secret, 'late', game_id, seq, deadline)}"
+
+
+def _signed(key: bytes, kind: str, game_id: str, seq: int, deadline: str, mac: str) -> int | None:
     if not (deadline.isascii() and deadline.isdigit() and len(deadline) <= 16):
         return None
-    expected = _clock_mac(secret, game_id, seq, int(deadline))
+    expected = _clock_mac(key, kind, game_id, seq, int(deadline))
     return int(deadline) if tokens_equal(mac, expected) else None
+
+
+def stamped_deadline(key: bytes, game_id: str, seq: int, stamp: str) -> int | None:
+    """The deadline a clock stamp signs for this game and seq, or None if it signs none."""
+    deadline, _, mac = stamp.partition(".")
+    return _signed(key, "clock", game_id, seq, deadline, mac)
+
+
+def late_deadline(secret: bytes, game_id: str, seq: int, stamp: str) -> int | None:
+    """The deadline a `late_stamp` signs for this game and seq, or None if it is none."""
+    deadline, _, rest = stamp.partition(".")
+    mark, _, mac = rest.partition(".")
+    return _signed(secret, "late", game_id, seq, deadline, mac) if mark == "late" else None
 
 
 def human_token(secret: bytes, game_id: str, seat: int, command_id: str) -> str:

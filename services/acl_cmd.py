@@ -24,8 +24,8 @@ configuration, flush, replicate another server, watch other users' commands or s
 and script or function writes. `default` is off. Every
 user may read the heartbeats, so `agon status --check` (a health check) works as any.
 Nobody but the operator may touch the shared secret key: the services that sign or check
-tokens get `AGON_SECRET` in their env file, and the projector and bot workers, which need
-no secret, get none.
+tokens get `AGON_SECRET` in their env file; bot workers get only `AGON_CLOCK_KEY`, which
+signs the clocks of the turns they deliver and nothing else; the projector gets neither.
 
 Files (all 0600, replaced atomically): `DIR/users.acl` (for `redis-server --aclfile`; each
 password only as its sha256) and `DIR/<user>.env` with `REDIS_URL=redis://<user>:<password>
@@ -47,7 +47,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from bots import bot_names
-from schemas.tokens import new_secret
+from schemas.tokens import clock_key, new_secret
 from services.bus.keys import DEFAULT_PREFIX, Keys
 from services.options import UsageError
 
@@ -69,6 +69,8 @@ CONSUMER = (
     "xinfo|groups", "xinfo|consumers", "xtrim",
 )  # fmt: skip
 SCRIPTS = ("evalsha", "script|load")
+#: The delivery script (`services.bus.delivery`) and the commands it runs.
+DELIVERY = (*SCRIPTS, "zscore", "zrem", "zadd")
 #: The operator: every command on the deployment's keys but Redis's `@dangerous` ones (users,
 #: configuration, FLUSHALL, SWAPDB, REPLICAOF (which empties the server to copy another),
 #: MONITOR and SLOWLOG (which show other users' commands: seat tokens), DEBUG, SHUTDOWN,
@@ -197,6 +199,7 @@ def grants(prefix: str = DEFAULT_PREFIX, bots: Sequence[str] = ()) -> dict[str, 
         "bots": [
             Grant("consume the built-in bots' inboxes", CONSUMER, both=built_in),
             Grant("is a turn still current", ("xlen",), read=(log,)),
+            Grant("start a turn's clock: the delivery script", DELIVERY, both=(clocks,)),
             send,
             set_aside,
             beat,
@@ -219,6 +222,7 @@ def grants(prefix: str = DEFAULT_PREFIX, bots: Sequence[str] = ()) -> dict[str, 
                 ("xrevrange", "xread", "xinfo|groups", "xlen"),
                 read=(inboxes,),
             ),
+            Grant("start an outside bot's clock: the delivery script", DELIVERY, both=(clocks,)),
             Grant(
                 "outside bots' registry: names taken, records, keys (rotated, revoked)",
                 ("hsetnx", "hset", "hget", "hexists", "hscan", "hdel"),
@@ -277,6 +281,8 @@ def env_file(user: str, password: str, host: str, port: int, prefix: str, secret
     ]
     if user in NEEDS_SECRET:
         lines.append(f"AGON_SECRET={secret}")
+    elif user == "bots":  # signs the clocks of the turns it delivers, and nothing else
+        lines.append(f"AGON_CLOCK_KEY={clock_key(secret.encode()).decode()}")
     return "\n".join(lines) + "\n"
 
 

@@ -5,10 +5,15 @@ head of every game the batch touched: when the seat to move is a bot, a `TurnReq
 options, the moves so far, the seq to answer, seat, token, deadline) goes to that bot's inbox
 `agon:bot:{<bot>}:turns`. When the game has a per-move limit, the deadline goes into the
 partition's clock zset as "<id>|<seq>": for a person, the engine's own rule (time of the head
-event + limit + bank); for a bot, the same allowance from the hand-over, signed
-(`schemas.tokens.clock_stamp`) in the turn request, so that the pipeline's lag before the
-bot could see its turn is not the bot's time. `claim_timeouts` sends a `ClaimTimeout` (with
-the stamp) for every passed deadline, and the engine decides whether it really is late.
+event + limit + bank); for a bot, due only at the latest its turn may still reach it
+(`MAX_GRACE_MS` later). Whoever hands the bot its turn (its worker, or the gateway serving an
+outside bot) marks the clock delivered, "<id>|<seq>|took", due the allowance after that
+moment (`services.bus.delivery`), so that the platform's lag before the bot could see its
+turn is not the bot's time. `claim_timeouts`
+sends a `ClaimTimeout` for every passed deadline, signed (`schemas.tokens.clock_stamp`), and
+the engine decides whether it really is late. A bot's clock that comes due undelivered while
+the bot is served (a worker or a stream beats for it) is the platform's failure: its claim
+is signed as such (`late_stamp`) and the game ends as `interrupted`, never the bot's loss.
 A clock is claimed by whichever dispatcher removes it first, in the same atomic write that
 sends the claim, so a failed write never loses a clock. A clock that came due while Redis
 refused writes (out of memory: `services.bus.outages`) is set again with the time the spell
@@ -43,18 +48,26 @@ from typing import Any
 from schemas.codec import FIELD, DecodeError, encode, event_hash, unpack, unpack_event
 from schemas.commands import Abort, ClaimTimeout
 from schemas.events import EventMap
-from schemas.tokens import admin_token, bot_token, clock_stamp
+from schemas.tokens import (
+    MAX_GRACE_MS,
+    admin_token,
+    bot_token,
+    clock_key,
+    clock_stamp,
+    late_stamp,
+)
 from schemas.turns import TurnRequest
 from services.bus import outages
 from services.bus.cache import LRU
 from services.bus.clients import QueryClient, log_entries
-from services.bus.connection import Client
+from services.bus.connection import Client, is_cluster
 from services.bus.consumer import (
     Entry,
     StreamConsumer,
     as_text,
     now_ms,
 )
+from services.bus.delivery import HELD, TOOK
 from services.bus.keys import DISPATCHER_GROUP, Keys
 from services.bus.scripts import Command, Script, confirmed, run_replicated
 from services.bus.secret import shared_secret
@@ -102,8 +115,12 @@ return claimed
 #: A claimed clock is claimed again this long after, while its game stands at that seq.
 RECHECK_MS = 1000
 #: The mark of a re-check member, "<id>|<seq>|again": it claims against the deadline its
-#: score less `RECHECK_MS` (when the claim before it was sent, at or after the deadline).
+#: score less `RECHECK_MS` (when the claim before it was sent, at or after the deadline);
+#: "<id>|<seq>|again-took" for a delivered clock's (`TOOK`).
 AGAIN = "again"
+AGAIN_TOOK = f"{AGAIN}-{TOOK}"
+#: The kinds of a clock whose turn reached its bot (or is held while it prepares).
+DELIVERED = frozenset({TOOK, HELD, AGAIN_TOOK})
 
 
 class Dispatcher(StreamConsumer):
@@ -154,6 +171,7 @@ class Dispatcher(StreamConsumer):
         self.turns_sent = 0
         self.timeouts_claimed = 0
         self.unserved_aborted = 0
+        self.undelivered = 0
         self.query = QueryClient(redis, self.keys)
         self._cache: LRU[str, GameFold] = LRU(cache_size)
         #: per cached game, the hash of its head event's bytes (the next one's prev_hash)
@@ -162,11 +180,16 @@ class Dispatcher(StreamConsumer):
         self._dispatched: LRU[str, int] = LRU(cache_size)
         self._next_sweep = 0.0
 
+    @property
+    def _clock_key(self) -> bytes:
+        return clock_key(self.secret)
+
     def stats(self) -> dict[str, int]:
         return {
             "turns": self.turns_sent,
             "timeouts": self.timeouts_claimed,
             "aborted_unserved": self.unserved_aborted,
+            "undelivered": self.undelivered,
             "set_aside": self.entries_set_aside,
         }
 
@@ -209,7 +232,18 @@ class Dispatcher(StreamConsumer):
         await self.reader.ack(entries)
 
     async def _send(self, writes: list[Command]) -> None:
-        """The turn requests and clock changes; with `replicas`, confirmed by that many."""
+        """The turn requests and clock changes; with `replicas`, confirmed by that many.
+        On a cluster, where the two are on different nodes and a pipeline writes to its
+        nodes at once, the clocks are written first: a worker taking a turn always finds
+        its clock to start."""
+        if is_cluster(self.redis):
+            clocks = [w for w in writes if w[1][0] in ("ZADD", "ZREM")]
+            if clocks and len(clocks) < len(writes):
+                await self._write(clocks)
+                writes = [w for w in writes if w[1][0] not in ("ZADD", "ZREM")]
+        await self._write(writes)
+
+    async def _write(self, writes: list[Command]) -> None:
         if not self.replicas:
             pipe = self.redis.pipeline(transaction=False)
             for _, words in writes:
@@ -297,7 +331,8 @@ class Dispatcher(StreamConsumer):
         dispatched = self._dispatched.get(g.game_id) or 0
         if dispatched and dispatched != g.seq:
             old = f"{g.game_id}|{dispatched}"
-            out.append((clocks, ("ZREM", clocks, old, f"{old}|watch", f"{old}|{AGAIN}")))
+            gone = [f"{old}|{kind}" for kind in ("watch", TOOK, HELD, AGAIN, AGAIN_TOOK)]
+            out.append((clocks, ("ZREM", clocks, old, *gone)))
         if "imported_from" in g.created:
             return out  # appended whole and finished: a batch seeing it half-read is no turn
         if g.status != "playing" or not g.to_move or dispatched == g.seq:
@@ -306,11 +341,13 @@ class Dispatcher(StreamConsumer):
             return out
         self._dispatched.put(g.game_id, g.seq)
         seat = g.seats[g.to_move - 1]
-        deadline = g.deadline
+        deadline = due = g.deadline
         if deadline and seat["kind"] == "bot":
             deadline = max(deadline, self.clock() + deadline - g.updated)
+            # Due only once no delivery could start it any more: delivery marks it taken.
+            due = g.deadline + MAX_GRACE_MS
         if deadline:
-            out.append((clocks, ("ZADD", clocks, deadline, f"{g.game_id}|{g.seq}")))
+            out.append((clocks, ("ZADD", clocks, due, f"{g.game_id}|{g.seq}")))
         elif seat["kind"] == "bot":
             watch = g.updated + self.unserved_ms
             out.append((clocks, ("ZADD", clocks, watch, f"{g.game_id}|{g.seq}|watch")))
@@ -332,8 +369,9 @@ class Dispatcher(StreamConsumer):
             bot=seat["name"],
             token=bot_token(self.secret, g.game_id, g.to_move),
             deadline=deadline,
-            clock=clock_stamp(self.secret, g.game_id, g.seq, deadline) if deadline else "",
             seed=created["seed"],
+            since=g.updated,
+            allowance=g.deadline - g.updated if g.deadline else 0,
         )
         inbox = self.keys.bot_turns(seat["name"])
         self.turns_sent += 1
@@ -375,7 +413,12 @@ class Dispatcher(StreamConsumer):
                     continue
                 command = await self._due_command(p, member, deadline, served)
                 if command is not None:
-                    again = member if kind == "watch" else f"{gid}|{seq}|{AGAIN}"
+                    took = kind in DELIVERED
+                    again = (
+                        member
+                        if kind == "watch"
+                        else f"{gid}|{seq}|{AGAIN_TOOK if took else AGAIN}"
+                    )
                     args += [member, encode(command), again, recheck]
             if len(args) > 1:
                 calls.append(([self.keys.clocks(p), self.keys.commands(p)], args))
@@ -439,6 +482,8 @@ class Dispatcher(StreamConsumer):
             return False
         allowance = g.deadline - g.updated
         start = deadline - allowance
+        if kind in ("", AGAIN, HELD) and g.seats[g.to_move - 1]["kind"] == "bot":
+            start -= MAX_GRACE_MS  # an undelivered bot's clock is due only at the latest
         now = self.clock()
         paused = outages.paused_ms(spells, start, now)
         if not paused:
@@ -449,7 +494,9 @@ class Dispatcher(StreamConsumer):
         later = max(deadline + paused, now + max(0, deadline - max(start, began)))
         if later <= limit:
             return False
-        clocks, clock = self.keys.clocks(p), f"{gid}|{seq}"  # a re-check is a clock again
+        # A re-check is a clock again; a delivered one stays delivered.
+        delivered = kind in DELIVERED
+        clocks, clock = self.keys.clocks(p), f"{gid}|{seq}" + (f"|{TOOK}" if delivered else "")
         writes: list[Command] = [
             (clocks, ("ZREM", clocks, member)),
             (clocks, ("ZADD", clocks, later, clock)),
@@ -471,17 +518,17 @@ class Dispatcher(StreamConsumer):
         nobody serves the bot (else the watch is set again and None returned)."""
         gid, seq, kind, _ = _clock_member(member, deadline)
         if kind != "watch":
+            stamp = clock_stamp(self._clock_key, gid, seq, deadline)
+            if kind not in DELIVERED and await self._served_bot(gid, served):
+                # A served bot's turn that never reached it: the platform's failure.
+                stamp = late_stamp(self.secret, gid, seq, deadline)
+                self.undelivered += 1
             return ClaimTimeout(
-                command_id=f"timeout:{gid}:{seq}",
-                game_id=gid,
-                expected_seq=seq,
-                clock=clock_stamp(self.secret, gid, seq, deadline),
+                command_id=f"timeout:{gid}:{seq}", game_id=gid, expected_seq=seq, clock=stamp
             )
         g = await self._game(gid)
         bot = g.seats[g.to_move - 1]["name"] if g is not None and g.to_move else None
-        if bot is not None and bot not in served:
-            served[bot] = (await self.query.bot_health(bot)).workers > 0
-        if bot is not None and served[bot]:
+        if bot is not None and await self._served_bot(gid, served):
             await self.redis.zadd(self.keys.clocks(p), {member: self.clock() + self.unserved_ms})
             return None
         self.unserved_aborted += 1
@@ -496,10 +543,23 @@ class Dispatcher(StreamConsumer):
             reason="disconnect" if outside else "no_reply",
         )
 
+    async def _served_bot(self, gid: str, served: dict[str, bool]) -> bool:
+        """Whether the seat to move in `gid` is a bot with a live worker or stream (asked
+        once per bot per sweep)."""
+        g = await self._game(gid)
+        seat = g.seats[g.to_move - 1] if g is not None and g.to_move else None
+        if seat is None or seat["kind"] != "bot":
+            return False
+        bot = seat["name"]
+        if bot not in served:
+            served[bot] = (await self.query.bot_health(bot)).workers > 0
+        return served[bot]
+
 
 def _clock_member(member: str, score: int) -> tuple[str, int, str, int]:
     """A clock zset member as (game id, seq, kind, deadline): kind "" for a clock (its score
     is its deadline), "watch" for a watch, `AGAIN` for a re-check."""
     parts = member.split("|")
     kind = parts[2] if len(parts) > 2 else ""
-    return parts[0], int(parts[1]), kind, score - RECHECK_MS if kind == AGAIN else score
+    again = kind in (AGAIN, AGAIN_TOOK)
+    return parts[0], int(parts[1]), kind, score - RECHECK_MS if again else score

@@ -52,6 +52,7 @@ from schemas.commands import CreateGame, SeatSpec
 from schemas.events import NO_RESULT_REASONS
 from schemas.tournaments import TournamentSpec, new_tournament_id
 from services.archive import ARCHIVE_ENV
+from services.bus.admission import Admission, platform_lag
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import (
     TRANSIENT_ERRORS,
@@ -211,6 +212,8 @@ class SelfplayResult:
     #: and how many ended for each "end: <reason>/<detail>"
     outcomes: dict[str, Counter[str]] = field(default_factory=dict)
     unfinished: list[str] = field(default_factory=list)
+    #: clocked games: the most going at once that admission control allowed (0: unclocked)
+    most_going: int = 0
 
     def summary(self) -> dict[str, Any]:
         rate = self.moves / self.seconds if self.seconds > 0 else 0.0
@@ -292,6 +295,40 @@ async def wait_until_ended(
     return waiting
 
 
+async def play_admitted(
+    client: CommandClient,
+    commands: Sequence[CreateGame],
+    admission: Admission,
+    timeout_s: float,
+    check: Callable[[], BaseException | None] = lambda: None,
+) -> list[str]:
+    """Create the games, no more going at once than `admission` allows as it measures the
+    platform's lag, and wait until they end; return the ones that did not in time."""
+    query = QueryClient(client.redis, client.keys)
+    todo, going = list(commands), list[str]()
+    deadline = time.monotonic() + timeout_s
+    while (todo or going) and time.monotonic() < deadline:
+        failure = check()
+        if failure is not None:
+            raise RuntimeError(f"a service stopped: {failure!r}") from failure
+        with contextlib.suppress(*TRANSIENT_ERRORS):  # Redis restarting: try again
+            admission.observe(platform_lag(await query.processes()))
+            ended = await query.ended(going) if going else []
+            going = [gid for gid, done in zip(going, ended, strict=True) if not done]
+        start = todo[: admission.room(len(going))]
+        if start:
+            replies = await client.submit_many(start)
+            refused = [r for r in replies if r.type == "rejected"]
+            if refused:
+                raise UsageError(f"the engine refused a game: {refused[0].message}")
+            todo = todo[len(start) :]
+            going += [c.game_id for c in start]
+            admission.most_going = max(admission.most_going, len(going))
+        if todo or going:
+            await asyncio.sleep(POLL_S)
+    return [c.game_id for c in todo] + going
+
+
 async def collect(redis: Client, keys: Keys, game_ids: Sequence[str]) -> SelfplayResult:
     """Moves and outcomes of the games, read from their views."""
     result = SelfplayResult(games=len(game_ids))
@@ -339,20 +376,18 @@ async def selfplay(
     try:
         started = time.perf_counter()
         commands = game_commands(specs, count, bots, move_time_ms=move_time_ms)
-        async with CommandClient(redis, keys, timeout_s=min(30.0, timeout_s)) as client:
-            replies = await client.submit_many(commands)
-        refused = [r for r in replies if r.type == "rejected"]
-        if refused:
-            raise UsageError(f"the engine refused a game: {refused[0].message}")
         ids = [c.game_id for c in commands]
         check = running.failed if running is not None else (lambda: None)
-        await wait_until_ended(redis, keys, ids, timeout_s, check)
+        admission = Admission(move_time_ms, len(commands))
+        async with CommandClient(redis, keys, timeout_s=min(30.0, timeout_s)) as client:
+            await play_admitted(client, commands, admission, timeout_s, check)
         seconds = time.perf_counter() - started
     finally:
         if running is not None:
             await running.stop()
     result = await collect(redis, keys, ids)
     result.seconds = seconds
+    result.most_going = admission.most_going if move_time_ms else 0
     return result
 
 
@@ -579,6 +614,8 @@ def _print_selfplay(result: SelfplayResult, names: Sequence[str], bots: Sequence
         f"  {s['finished']}/{s['games']} games ended, {s['moves']} moves in {s['seconds']} s"
         f" ({s['moves_per_sec']} moves/s)"
     )
+    if result.most_going:
+        print(f"  at most {result.most_going} games at once (admission control by the lag)")
     if result.unfinished:
         print(f"  unfinished: {', '.join(result.unfinished[:20])}")
 

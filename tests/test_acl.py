@@ -37,7 +37,7 @@ from bots.worker import BotWorker
 from schemas.codec import encode, unpack
 from schemas.commands import CreateGame, SeatSpec
 from schemas.events import GameCreated
-from schemas.tokens import admin_token
+from schemas.tokens import admin_token, clock_key
 from schemas.tournaments import TournamentSpec, new_tournament_id
 from services.acl_cmd import USERS, grants
 from services.bus.clients import CommandClient
@@ -142,6 +142,9 @@ def test_files_are_private_and_the_acl_file_holds_only_password_hashes(
         assert env.get("AGON_SECRET") == (
             None if user in ("projector", "bots") else deployment.secret
         )
+        # Bot workers sign the clocks of the turns they deliver, with a key good for nothing else.
+        clock = clock_key(deployment.secret.encode()).decode()
+        assert env.get("AGON_CLOCK_KEY") == (clock if user == "bots" else None)
     assert stat.S_IMODE((deployment.out / "users.acl").stat().st_mode) == 0o600
     # Every key pattern of every user is under the deployment's prefix.
     patterns = [

@@ -147,7 +147,9 @@ async def test_stale_turn_requests_are_dropped(redis: aioredis.Redis) -> None:
     worker = BotWorker(redis, "random", KEYS, clock=lambda: now)
     inbox = KEYS.bot_turns("random")
     await redis.xadd(inbox, {FIELD: encode(request("g1", head - 1, []))})  # log moved on
-    await redis.xadd(inbox, {FIELD: encode(request("g1", head, [], deadline=now - 1))})  # late
+    # Its clock was claimed before the worker took it (no clock is set for it any more).
+    late = request("g1", head, [], deadline=now - 1, since=now - 301, allowance=300)
+    await redis.xadd(inbox, {FIELD: encode(late)})
     await redis.xadd(inbox, {FIELD: encode(request("nogame", 3, []))})  # no such log
     assert await worker.drain() == 3
     assert await commands(redis, "g1") == []

@@ -3,8 +3,9 @@
 A move is judged by when it reached the command stream, never by when an engine got to it:
 a timeout claim loses to a move that arrived before the deadline, even one held by an
 engine that stalled (a slow one that still beats, or one paused with SIGSTOP); a move that
-arrives after the deadline is too late and the claim wins. A bot's clock runs from when
-the dispatcher handed the turn over, as its signed deadline says. A bot worker killed with
+arrives after the deadline is too late and the claim wins. A bot's clock runs from when its
+turn reached it (the dispatcher's hand-over, then its worker's delivery), as its signed
+deadline says. A bot worker killed with
 -9 costs no game on time: its turns are taken over within about a second.
 """
 
@@ -27,9 +28,10 @@ import redis.asyncio as aioredis
 from schemas.codec import FIELD_BYTES, decode_turn
 from schemas.commands import CreateGame, PlayMove, SeatSpec
 from schemas.events import GameEnded, MovePlayed
-from schemas.tokens import bot_token, stamped_deadline
+from schemas.tokens import SEND_GRACE_MS, bot_token, clock_key, stamped_deadline
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.consumer import id_ms
+from services.bus.delivery import TOOK, Deliveries
 from services.bus.keys import ENGINE_GROUP, WORKERS_GROUP, Keys
 from services.dispatcher import TIMEOUT_GRACE_MS, Dispatcher
 from services.engine_service import EngineService
@@ -124,10 +126,17 @@ def first_move(keys: Keys, gid: str, clock: str = "") -> PlayMove:
 
 
 async def deadline_of(redis: aioredis.Redis, keys: Keys, gid: str) -> int:
-    """When seat 1's first move is due, as the dispatcher's clock has it."""
-    deadline = await redis.zscore(keys.clocks(keys.partition(gid)), f"{gid}|4")
-    assert deadline is not None, f"the dispatcher set no clock for {gid}"
-    return int(deadline)
+    """When seat 1's first move is due: its turn is taken from the inbox, as a worker would
+    (`services.bus.delivery`), and its clock, due from now, is the dispatcher's to claim."""
+    for _, fields in reversed(await redis.xrange(keys.bot_turns("nobody"))):
+        turn = decode_turn(fields[FIELD_BYTES])
+        if turn.game_id == gid:
+            [given] = await Deliveries(redis, keys, clock_key(SECRET)).deliver([turn])
+            assert given is not None, f"the clock of {gid} was claimed already"
+            due = await redis.zscore(keys.clocks(keys.partition(gid)), f"{gid}|4|{TOOK}")
+            assert due is not None, f"the dispatcher set no clock for {gid}"
+            return int(due)
+    raise AssertionError(f"no turn of {gid} in the inbox")
 
 
 async def claim_when_due(dispatcher: Dispatcher, deadline_ms: int) -> int:
@@ -193,9 +202,9 @@ async def test_a_move_after_the_deadline_is_too_late_and_the_claim_wins(
 
 
 async def test_a_bot_s_clock_runs_from_the_hand_over(redis: aioredis.Redis, keys: Keys) -> None:
-    """The dispatcher gets to the game 400 ms after it started (a backlog): the turn request
-    gives the bot its whole move time from then, signed, and a move that uses it counts; the
-    think time recorded is the bot's, from the hand-over."""
+    """The dispatcher gets to the game 400 ms after it started (a backlog): the turn, taken
+    from the inbox, gives the bot its whole move time from then, signed, and a move that uses
+    it counts; the think time recorded is the bot's, from the hand-over."""
     query = QueryClient(redis, keys)
     engine = EngineService(redis, keys, secret=SECRET)
     dispatcher = Dispatcher(redis, keys, secret=SECRET)
@@ -208,8 +217,11 @@ async def test_a_bot_s_clock_runs_from_the_hand_over(redis: aioredis.Redis, keys
     turn = decode_turn(fields[FIELD_BYTES])
     handed_over = id_ms(entry_id)
     assert handed_over - 20 <= turn.deadline - 300 <= handed_over, (turn, handed_over)
-    assert turn.deadline == await deadline_of(redis, keys, "g4")
-    assert stamped_deadline(SECRET, "g4", 4, turn.clock) == turn.deadline
+    [given] = await Deliveries(redis, keys, clock_key(SECRET)).deliver([turn])
+    assert given is not None and given.deadline >= turn.deadline
+    turn = turn.model_copy(update={"deadline": given.deadline, "clock": given.clock})
+    signed = given.deadline + SEND_GRACE_MS
+    assert stamped_deadline(clock_key(SECRET), "g4", 4, turn.clock) == signed
     assert turn.deadline > started + 300 + 80  # the head event's deadline would be past
     await CommandClient(redis, keys).send([first_move(keys, "g4", turn.clock)])
     await engine.drain()

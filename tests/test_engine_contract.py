@@ -16,7 +16,8 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from engine import MAX_PLIES, EndRule, Game, Outcome, State, game_names, load_game
+from engine import MAX_PLIES, EndRule, Game, Move, Outcome, State, game_names, load_game
+from engine.positions import Positions
 from tests.families import family_id, option_families
 
 ENGINE = Path(__file__).resolve().parents[1] / "engine"
@@ -186,3 +187,21 @@ def test_display_is_part_of_the_contract(name: str) -> None:
 def test_every_display_game_is_registered() -> None:
     assert set(game_names()) >= DISPLAY_GAMES
     assert len(set(game_names()) - DISPLAY_GAMES) == 3
+
+
+def test_positions_replay_only_new_moves_and_agree_with_a_full_replay() -> None:
+    """`engine.positions`: the position after a growing move list is the full replay's; a
+    shorter list (a game replayed from its start) starts again; at most `size` are kept."""
+    positions = Positions(size=2)
+    game = load_game("teeko")
+    state, moves = game.new_initial_state(), []
+    for _ in range(12):
+        move = str(state.legal_moves()[0])
+        state.apply(Move.parse(move))
+        moves.append(move)
+        kept = positions.after("g", "teeko", {}, moves)
+        assert kept.to_dict() == state.to_dict()
+    assert positions.after("g", "teeko", {}, moves[:3]).to_dict() != state.to_dict()
+    for gid in ("a", "b"):
+        positions.after(gid, "teeko", {}, [])
+    assert "g" not in positions._states and len(positions._states) == 2

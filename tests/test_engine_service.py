@@ -35,7 +35,16 @@ from schemas.commands import (
 )
 from schemas.events import GameCreated, GameEnded, GameStarted, MovePlayed, PlayerSeated
 from schemas.replies import Accepted, Rejected, Reply
-from schemas.tokens import admin_token, bot_token, clock_stamp, token_hash
+from schemas.tokens import (
+    MAX_GRACE_MS,
+    SEND_GRACE_MS,
+    admin_token,
+    bot_token,
+    clock_key,
+    clock_stamp,
+    late_stamp,
+    token_hash,
+)
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.keys import ENGINE_GROUP, Keys
 from services.engine_service import MAX_DELIVERIES, EngineService, EventStore, GameRecord
@@ -670,6 +679,43 @@ async def test_a_time_bank_pays_for_overruns_and_every_move_records_its_time(
     assert (end.result, end.reason, end.fault, end.overrun_ms) == (2, "time_forfeit", 1, 3)
 
 
+async def test_a_signed_clock_gives_at_most_the_maximum_grace_and_only_the_secret_says_late(
+    h: Harness, make_engine: Callable[..., EngineService]
+) -> None:
+    """A stuck platform cannot give a bot unlimited time: a stamp signed far past the head
+    event's deadline counts only `MAX_GRACE_MS` past it. The platform's word that a turn never
+    reached its bot (`late_stamp`, signed with the secret) ends the game as `interrupted`,
+    nobody's loss; the same words signed with the clock key are only a timeout claim."""
+    now = [1_000_000]
+    engine = make_engine(clock=lambda: now[0])
+    for gid in ("g1", "g2", "g3"):
+        await h.create(gid, move_time_ms=1000)
+    await engine.drain()  # seq 4 in each: started at 1_000_000, due at 1_001_000
+    (_, m1) = random_moves("teeko", seed=3)[0][0]
+    key, due = clock_key(SECRET), 1_001_000
+    far = clock_stamp(key, "g1", 4, due + MAX_GRACE_MS + 10_000)
+    now[0] = due + MAX_GRACE_MS + 1
+
+    def claim(gid: str, clock: str) -> ClaimTimeout:
+        return ClaimTimeout(
+            command_id=h.cid(), reply_to=h.reply_to, game_id=gid, expected_seq=4, clock=clock
+        )
+
+    sent = [
+        await h.send(h.move("g1", 1, m1, 4, clock=far)),
+        await h.send(claim("g2", late_stamp(SECRET, "g2", 4, due))),
+        await h.send(claim("g3", late_stamp(key, "g3", 4, due))),
+    ]
+    await engine.drain()
+    assert (await h.reply(sent[0])).code == "too_late"
+    ends = [(await h.log(gid))[-1] for gid in ("g2", "g3")]
+    assert all(isinstance(e, GameEnded) for e in ends), ends
+    assert [(e.reason, e.result, e.fault) for e in ends if isinstance(e, GameEnded)] == [
+        ("interrupted", 0, 0),
+        ("time_forfeit", 2, 1),
+    ]
+
+
 async def test_a_bot_s_clock_runs_from_the_hand_over_its_turn_request_signs(
     h: Harness, make_engine: Callable[..., EngineService]
 ) -> None:
@@ -683,10 +729,11 @@ async def test_a_bot_s_clock_runs_from_the_hand_over_its_turn_request_signs(
     await engine.drain()  # seq 4 in each: started at 1_000_000, seat 1 to move
     (_, m1) = random_moves("teeko", seed=3)[0][0]
     handed_over = 1_000_400
-    stamp = clock_stamp(SECRET, "g1", 4, handed_over + 1200)
+    # A stamp signs the deadline the bot was told plus the send grace.
+    stamp = clock_stamp(clock_key(SECRET), "g1", 4, handed_over + 1200 + SEND_GRACE_MS)
     forged = {
         "g2": stamp,  # another game's
-        "g3": clock_stamp(b"not-the-secret", "g3", 4, handed_over + 1200),
+        "g3": clock_stamp(SECRET, "g3", 4, handed_over + 1200),  # the secret is no clock key
     }
     now[0] = handed_over + 1100  # 1300 ms after the head event, 1100 after the hand-over
     sent = {"g1": await h.send(h.move("g1", 1, m1, 4, clock=stamp))}
@@ -706,12 +753,13 @@ async def test_a_bot_s_clock_runs_from_the_hand_over_its_turn_request_signs(
 
     # Seat 2's turn (seq 5) began at `now`, and was handed over 300 ms later.
     began = now[0]
-    signed = clock_stamp(SECRET, "g1", 5, began + 300 + 1200)  # the limit + seat 2's bank
+    # The limit + seat 2's bank.
+    signed = clock_stamp(clock_key(SECRET), "g1", 5, began + 300 + 1200 + SEND_GRACE_MS)
     now[0] = began + 1250  # past the head event's deadline, not the signed one
     early = await h.send(claim(5, signed))
     unsigned = await h.send(claim(5))  # judged by the head event: that deadline is past
     await engine.drain()
-    assert "250 ms left" in (await h.reply(early)).message
+    assert f"{250 + SEND_GRACE_MS} ms left" in (await h.reply(early)).message
     assert (await h.reply(unsigned)).seq == 6
     end = (await h.log("g1"))[-1]
     assert isinstance(end, GameEnded)

@@ -251,7 +251,8 @@ async def test_metrics_and_health(client: TestClient) -> None:
     await play_out(client, created["id"], created["tokens"][0])
     text = await (await client.get("/metrics")).text()
     for name in ("agon_command_seconds_bucket", 'agon_commands_total{code="accepted"}',
-                 "agon_consumer_lag", "agon_consumer_pending", "agon_live_games"):  # fmt: skip
+                 "agon_consumer_lag", "agon_consumer_pending", "agon_live_games",
+                 'agon_turn_lag_ms{stage="delivery"}', "agon_turns_undelivered"):  # fmt: skip
         assert name in text, name
     assert created["tokens"][0] not in text
     health = await (await client.get("/health")).json()

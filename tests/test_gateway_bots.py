@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestClient
 from bots.sdk.client import AuthError, register_bot, rotate_key, run_bot, set_accept_challenges
 from bots.sdk.example import choose
 from schemas.api import EndedMessage, decode_bot_server_message, decode_server_message
-from schemas.tokens import stamped_deadline
+from schemas.tokens import SEND_GRACE_MS, clock_key, stamped_deadline
 from services.bus.connection import connect
 from services.bus.keys import Keys
 from services.gateway import appkeys
@@ -65,7 +65,7 @@ async def test_a_bot_streams_its_turns_answers_them_and_hears_the_result(
     assert resp.status == 201, await resp.text()
     created = await resp.json()
     gid = created["id"]
-    stream = await client.get("/api/bot/stream", headers=auth(key))
+    stream = await client.get("/api/bot/stream?ready=teeko", headers=auth(key))
     assert stream.headers["Content-Type"].startswith("application/x-ndjson")
     answered = 0
     ended: EndedMessage | None = None
@@ -78,9 +78,10 @@ async def test_a_bot_streams_its_turns_answers_them_and_hears_the_result(
             assert message.game_id == gid and message.seat == 1 and "token" not in line.decode()
             v = await view(client, gid)
             assert message.moves == v["moves"] and message.seq == v["seq"]
+            assert message.legal_moves == v["legal_moves"] and message.ply == v["ply"]
             resp = await client.post(
                 f"/api/bot/games/{gid}/moves",
-                json={"move": v["legal_moves"][0], "seq": message.seq},
+                json={"move": message.legal_moves[0], "seq": message.seq},
                 headers=auth(key),
             )
             assert resp.status == 200, await resp.text()
@@ -91,16 +92,16 @@ async def test_a_bot_streams_its_turns_answers_them_and_hears_the_result(
     final = await view(client, gid)
     assert ended.game_id == gid and final["status"] == "ended"
     assert answered == sum(1 for s in range(final["ply"]) if s % 2 == 0)
-    assert ended.winner == (final["result"]["winner"] or 0)
+    assert (ended.winner, ended.draw) == (final["result"]["winner"], final["result"]["draw"])
 
 
 async def test_a_reconnecting_bot_is_sent_its_pending_turn_again(client: TestClient) -> None:
     key = await register(client, "forgetful")
     created = await new_game(client, seats=[{"bot": "forgetful"}, {"bot": "random"}])
-    first = await client.get("/api/bot/stream", headers=auth(key))
+    first = await client.get("/api/bot/stream?ready=*", headers=auth(key))
     turn = decode_bot_server_message(await asyncio.wait_for(first.content.readline(), 10))
     first.close()  # dropped before answering
-    second = await client.get("/api/bot/stream", headers=auth(key))
+    second = await client.get("/api/bot/stream?ready=*", headers=auth(key))
     again = decode_bot_server_message(await asyncio.wait_for(second.content.readline(), 10))
     assert (again.type, again.game_id, again.seq) == ("turn", created["id"], turn.seq)
     second.close()
@@ -110,18 +111,19 @@ async def test_a_bot_plays_over_its_websocket(client: TestClient) -> None:
     key = await register(client, "socketeer")
     seats = [{"bot": "socketeer"}, {"bot": "random"}]
     created = await new_game(client, seats=seats, move_time=60)
-    ws = await client.ws_connect("/ws/bot", headers=auth(key))
+    ws = await client.ws_connect("/ws/bot?ready=teeko", headers=auth(key))
     seen: dict[str, Any] = {}
-    secret = client.app[appkeys.SECRET]
+    signer = clock_key(client.app[appkeys.SECRET])
     async for msg in ws:
         m = decode_bot_server_message(msg.data)
         seen.setdefault(m.type, m)
         if m.type == "turn":
-            # A clocked turn carries its signed deadline; sent back, the clock runs from the
-            # hand-over.
-            assert stamped_deadline(secret, m.game_id, m.seq, m.clock) == m.deadline > 0, m
-            v = await view(client, m.game_id)
-            move = {"type": "move", "game_id": m.game_id, "move": v["legal_moves"][0]}
+            # A clocked turn carries its signed deadline (with the platform's send grace);
+            # sent back, the clock runs from the hand-over.
+            stamped = stamped_deadline(signer, m.game_id, m.seq, m.clock)
+            assert stamped == m.deadline + SEND_GRACE_MS and m.deadline > 0, m
+            assert m.allowance == m.move_time_ms == 60_000 and m.bank_ms == 0, m
+            move = {"type": "move", "game_id": m.game_id, "move": m.legal_moves[0]}
             await ws.send_str(json.dumps(move | {"seq": m.seq, "clock": m.clock}))
         elif m.type == "reply":
             assert m.ok, m

@@ -40,6 +40,7 @@ def game(
     *,
     ended_ms: int = 0,
     think_ms: tuple[tuple[int, ...], tuple[int, ...]] = ((), ()),
+    lag_ms: tuple[tuple[int, ...], tuple[int, ...]] = ((), ()),
     pair: str = "",
     rules: str = "teeko",
     options: tuple[tuple[str, str], ...] = (),
@@ -55,6 +56,7 @@ def game(
         reason=reason,
         ended_ms=ended_ms,
         think_ms=think_ms,
+        lag_ms=lag_ms,
         pair=pair,
     )
 
@@ -175,6 +177,16 @@ def test_health_quantiles_over_twenty_moves() -> None:
     thinks = tuple(random.Random(7).sample(range(1, 21), 20))
     row = health([game("A", "B", 1, think_ms=(thinks, ()))])["A"]
     assert (row.moves, row.think_p50_ms, row.think_p95_ms) == (20, 10, 19)
+
+
+def test_health_shows_what_the_platform_cost_each_bot() -> None:
+    """The platform's lag before a bot's turns reached it, and the games it interrupted,
+    are the bot's health too: shown, never on its clock nor its score."""
+    lagged = game("A", "B", 1, lag_ms=(tuple(range(0, 200, 10)), (3, 3)))
+    spoiled = game("A", "B", 0, "interrupted")
+    table = health([lagged, spoiled])
+    assert (table["A"].lag_p95_ms, table["A"].interrupted) == (180, 1)
+    assert (table["B"].lag_p95_ms, table["B"].interrupted) == (3, 1)
 
 
 # -- pairs ------------------------------------------------------------------------------------

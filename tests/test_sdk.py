@@ -26,7 +26,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from bots.sdk import AuthError, BotError, register_bot, run_bot
+from bots.sdk import RESIGN, AuthError, BotError, register_bot, run_bot
 from bots.sdk.__main__ import main
 from bots.sdk.example import choose as example_choose
 from engine import Move, State, load_game
@@ -40,23 +40,37 @@ Script = Callable[["FakeGateway", web.Request], Awaitable[web.StreamResponse]]
 
 
 def turn(
-    seq: int, moves: list[str], *, game_id: str = GAME, deadline: int = 0, clock: str = ""
+    seq: int,
+    moves: list[str],
+    *,
+    game_id: str = GAME,
+    deadline: int = 0,
+    clock: str = "",
+    legal: list[str] | None = None,
 ) -> dict[str, Any]:
+    """A turn as the gateway sends it; `legal` overrides the legal moves it carries."""
+    seat = 1 + len(moves) % 2
     return {
         "clock": clock,
         "type": "turn",
         "game_id": game_id,
         "game": "teeko",
         "options": {},
-        "moves": moves,
+        "seat": seat,
+        "colour": seat,
+        "ply": len(moves),
         "seq": seq,
-        "seat": 1 + len(moves) % 2,
+        "moves": moves,
+        "legal_moves": [str(m) for m in position(moves).legal_moves()] if legal is None else legal,
         "deadline": deadline,
     }
 
 
 def ended(winner: int, *, seat: int = 1, reason: str = "line") -> dict[str, Any]:
-    return {"type": "ended", "game_id": GAME, "seat": seat, "winner": winner, "reason": reason}
+    return {
+        "type": "ended", "game_id": GAME, "seat": seat, "winner": winner or None,
+        "draw": not winner and reason != "abort", "reason": reason,
+    }  # fmt: skip
 
 
 def error_body(status: int, code: str, **headers: str) -> web.Response:
@@ -96,12 +110,16 @@ class FakeGateway:
         self.move_times: list[float] = []
         self.names: set[str] = set()
         self.registrations: list[dict[str, Any]] = []
+        self.ready: list[dict[str, Any]] = []
+        self.resigned: list[str] = []
         self.closed = asyncio.Event()
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/api/bot/stream", self.stream)
         app.router.add_post("/api/bot/games/{game_id}/moves", self.move)
+        app.router.add_post("/api/bot/games/{game_id}/resign", self.resign)
+        app.router.add_post("/api/bot/ready", self.got_ready)
         app.router.add_post("/api/bots", self.register)
         return app
 
@@ -118,6 +136,14 @@ class FakeGateway:
         if self.move_replies:
             return self.move_replies.pop(0)
         return web.json_response({"seq": self.moves[-1][1]["seq"] + 1})
+
+    async def resign(self, request: web.Request) -> web.Response:
+        self.resigned.append(request.match_info["game_id"])
+        return web.json_response({"seq": 9})
+
+    async def got_ready(self, request: web.Request) -> web.Response:
+        self.ready.append(await request.json())
+        return web.json_response({"released": 1})
 
     async def register(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -430,6 +456,55 @@ async def test_a_failing_choose_falls_back_to_the_first_legal_move(
         assert len(warnings) == 1
         assert warning in warnings[0]
         assert warnings[0].endswith(f"playing {played}")
+
+
+async def test_only_the_turns_legal_moves_are_played_and_the_turn_is_given_to_choose(
+    gw: FakeGateway,
+) -> None:
+    seen: list[Any] = []
+
+    def choose(state: State, seconds_left: float | None, turn: Any) -> str:
+        seen.append(turn)
+        return "C1"  # legal by the rules, but not among what the turn offers
+
+    async def one_turn(gw: FakeGateway, request: web.Request) -> web.StreamResponse:
+        resp = await open_stream(request)
+        await send(resp, turn(2, ["A1", "B1"], legal=["E5", "D4"]))
+        return await hold(gw, resp)
+
+    gw.scripts = [one_turn]
+    async with bot_running(gw, choose):
+        await eventually(lambda: gw.moves)
+    assert gw.moves == [(GAME, {"move": "E5", "seq": 2})]
+    assert seen[0].legal_moves == ["E5", "D4"] and seen[0].ply == 2
+
+
+async def test_prepare_runs_the_hook_then_says_ready_and_resign_resigns(gw: FakeGateway) -> None:
+    prepared: list[tuple[str, dict[str, str]]] = []
+
+    async def prepare_then_turn(gw: FakeGateway, request: web.Request) -> web.StreamResponse:
+        resp = await open_stream(request)
+        await send(resp, {"type": "prepare", "game": "teeko", "options": {"markers": "8"}})
+        await eventually(lambda: gw.ready)
+        await send(resp, turn(0, []))
+        return await hold(gw, resp)
+
+    gw.scripts = [prepare_then_turn]
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        run_bot(
+            gw.url, KEY, lambda state, left: RESIGN, stop=stop,
+            prepare=lambda game, options: prepared.append((game, options)),
+        )
+    )  # fmt: skip
+    try:
+        await eventually(lambda: gw.resigned)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 2)
+    assert prepared == [("teeko", {"markers": "8"})]
+    assert gw.ready == [{"game": "teeko", "options": {"markers": "8"}}]
+    assert gw.resigned == [GAME] and gw.moves == []
 
 
 def test_the_example_bot_takes_an_immediate_win() -> None:

@@ -18,8 +18,11 @@ Register the bot once (the key is printed only then), and run it:
 (`python -m bots.sdk` works as `agon-bot`.) The SDK does the rest: it keeps the gateway's
 stream open (reconnecting with backoff), rebuilds each position from the turn's moves,
 answers each turn once with the right seq, skips turns whose deadline has passed, falls back
-to the first legal move when `choose` fails or returns an illegal move, and logs each game's
-result. From Python, `await run_bot(url, key, choose, stop=event)` does the same;
+to the first of the turn's legal moves when `choose` fails or returns an illegal move, and logs
+each game's result. A `choose` with a third parameter is also given the turn (legal moves,
+clocks, seat); returning `RESIGN` resigns the game. Before the first turn of each game type the
+SDK loads its rules and calls the bot's `prepare(game, options)`, if it has one, with no clock
+running. From Python, `await run_bot(url, key, choose, stop=event)` does the same;
 `rotate_key` replaces a leaked key. A bot plays only the games created with its key (as
 `Authorization: Bearer KEY`), unless it accepts challenges (`--accept-challenges`,
 `register_bot(..., accept_challenges=True)` or `set_accept_challenges`);
@@ -29,10 +32,12 @@ The SDK imports only `engine`, `schemas` and aiohttp, never `services`.
 """
 
 from bots.sdk.client import (
+    RESIGN,
     AuthError,
     BotError,
     Choose,
     OnResult,
+    Prepare,
     register_bot,
     rotate_key,
     run_bot,
@@ -40,10 +45,12 @@ from bots.sdk.client import (
 )
 
 __all__ = [
+    "RESIGN",
     "AuthError",
     "BotError",
     "Choose",
     "OnResult",
+    "Prepare",
     "register_bot",
     "rotate_key",
     "run_bot",

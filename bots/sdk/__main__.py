@@ -4,8 +4,9 @@
 
 `--key` defaults to $AGON_BOT_KEY and `--url` to $AGON_URL. `--register NAME` registers the
 bot first and prints its key (shown only once); without `module:function` it only registers.
-The bot runs until Ctrl-C or SIGTERM (exit 0). A bad `module:function` or a missing key is one
-error line and exit 2; a refused key or name is one error line and exit 1.
+A `prepare(game, options)` function in the bot's module is its warm-up hook (`run_bot`'s
+`prepare`). The bot runs until Ctrl-C or SIGTERM (exit 0). A bad `module:function` or a
+missing key is one error line and exit 2; a refused key or name is one error line and exit 1.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import cast
 
 import aiohttp
 
-from bots.sdk.client import BotError, Choose, register_bot, run_bot
+from bots.sdk.client import BotError, Choose, Prepare, register_bot, run_bot
 
 PROG = "agon-bot"
 
@@ -121,7 +122,14 @@ async def _serve(url: str, key: str, choose: Choose) -> None:
         choose,
         stop=stop,
         on_connect=lambda: print(f"bot connected to {url}", flush=True),
+        prepare=_prepare_beside(choose),
     )
+
+
+def _prepare_beside(choose: Choose) -> Prepare | None:
+    """The `prepare(game, options)` function of choose's module, if it has one."""
+    prepare = getattr(sys.modules.get(getattr(choose, "__module__", "")), "prepare", None)
+    return cast(Prepare, prepare) if callable(prepare) else None
 
 
 def _fail(message: str, code: int) -> int:

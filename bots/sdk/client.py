@@ -1,11 +1,17 @@
 """The SDK's client: `run_bot` plays a bot's turns from the gateway's NDJSON stream.
 
-One stream per bot (`GET /api/bot/stream`) brings `turn`, `ended`, `error` and `ping`
-messages, one JSON object a line, and an empty line as a keep-alive. Each turn is answered
-in a task of its own: the position is rebuilt from the turn's moves (cached per game, so only
-new moves are replayed), the user's `choose` thinks in a thread (the stream is read meanwhile)
-and the move is POSTed with the turn's seq. A turn is answered once per (game id, seq), however
-often it arrives; a turn whose deadline has passed is skipped.
+One stream per bot (`GET /api/bot/stream`) brings `turn`, `prepare`, `ended`, `error` and
+`ping` messages, one JSON object a line, and an empty line as a keep-alive. The SDK reads only
+what they carry: it never fetches a game's view, and a turn's legal moves and clock come with
+it. Each turn is answered in a task of its own: the position is rebuilt from the turn's moves
+(cached per game, so only new moves are replayed), the user's `choose` thinks in a thread (the
+stream is read meanwhile) and the move is POSTed with the turn's seq and clock; `choose` may
+return `RESIGN` to give the game up. A turn is answered once per (game id, seq), however often
+it arrives; a turn whose deadline has passed is skipped. Before the first turn of a game type
+(game and options) the gateway sends `prepare`, with no clock running: the SDK loads the
+rules and calls the bot's `prepare(game, options)` hook, if any, in a thread and answers
+`POST /api/bot/ready`, and the turn follows with its clock started then. `ended` says
+`winner` (null when there is none) and `draw`, as the game's view does.
 
 The connection comes back by itself: a lost stream, a 5xx or a 429 is retried with capped
 exponential backoff and jitter, one log line per attempt. A 401 (a bad key) is final:
@@ -30,20 +36,26 @@ from typing import Any
 import aiohttp
 import pydantic
 
-from engine import InvalidMoveError, Move, State, load_game
+from engine import Game, InvalidMoveError, Move, State, load_game
 from schemas.api import (
     BotKeyBody,
     EndedMessage,
     ErrorBody,
     ErrorMessage,
+    PrepareMessage,
     TurnMessage,
     decode_bot_server_message,
 )
 
 log = logging.getLogger("agon.bot")
 
-#: The user's bot: the position (its own copy) and the seconds left (None: no clock) to a move.
-Choose = Callable[[State, float | None], Move | str]
+#: The user's bot: the position (its own copy) and the seconds left (None: no clock) to a move;
+#: a `choose` with a third parameter is also given the turn (its legal moves, clocks, seat).
+Choose = Callable[..., Move | str]
+#: Called (in a thread) before the first turn of a game type: load what the bot needs for it.
+Prepare = Callable[[str, dict[str, str]], object]
+#: What `choose` returns to resign the game.
+RESIGN = "resign"
 #: Called with each `ended` message; may return an awaitable, which is awaited.
 OnResult = Callable[[EndedMessage], object]
 
@@ -85,14 +97,16 @@ async def run_bot(
     stop: asyncio.Event | None = None,
     on_result: OnResult | None = None,
     on_connect: Callable[[], object] | None = None,
+    prepare: Prepare | None = None,
     reconnect_min_s: float = 0.5,
     reconnect_max_s: float = 30.0,
     idle_timeout_s: float = 20.0,
 ) -> None:
     """Play the bot's turns until `stop` is set (returns) or the key is refused (`AuthError`).
 
-    `on_connect()` is called each time the stream opens. A stream silent for `idle_timeout_s`
-    (the gateway sends a keep-alive every 5 s) counts as lost.
+    `on_connect()` is called each time the stream opens; `prepare(game, options)` before the
+    first turn of each game type, after the SDK loaded its rules. A stream silent for
+    `idle_timeout_s` (the gateway sends a keep-alive every 5 s) counts as lost.
     """
     stop = stop or asyncio.Event()
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=idle_timeout_s)
@@ -100,7 +114,7 @@ async def run_bot(
     async with aiohttp.ClientSession(
         headers=headers, timeout=timeout, read_bufsize=2**20
     ) as session:
-        bot = _Bot(_base(url), choose, session, on_result, on_connect)
+        bot = _Bot(_base(url), choose, session, on_result, on_connect, prepare)
         backoff = _Backoff(reconnect_min_s, reconnect_max_s)
         try:
             async with asyncio.TaskGroup() as group:
@@ -159,9 +173,13 @@ class _Bot:
     session: aiohttp.ClientSession
     on_result: OnResult | None = None
     on_connect: Callable[[], object] | None = None
+    prepare: Prepare | None = None
     positions: _Positions = field(default_factory=lambda: _Positions(GAMES_KEPT))
     taken: OrderedDict[tuple[str, int], None] = field(default_factory=OrderedDict)
     connected: bool = False
+
+    def __post_init__(self) -> None:
+        self.wants_turn = _takes_turn(self.choose)
 
     async def connect_forever(self, group: asyncio.TaskGroup, backoff: _Backoff) -> None:
         """Read the stream; when it is lost, wait (backoff) and read it again, forever."""
@@ -210,6 +228,8 @@ class _Bot:
             return
         if isinstance(message, TurnMessage):
             self.take(message, group)
+        elif isinstance(message, PrepareMessage):
+            group.create_task(_logged(self.get_ready(message), "prepare"))
         elif isinstance(message, EndedMessage):
             self.ended(message, group)
         elif isinstance(message, ErrorMessage):
@@ -230,6 +250,22 @@ class _Bot:
             log.info("game %s seq %d: the deadline has passed; turn skipped", *key)
             return
         group.create_task(self.play(turn))
+
+    async def get_ready(self, message: PrepareMessage) -> None:
+        """Run the bot's `prepare` for a game type, then tell the gateway it is ready (a
+        failing `prepare` is logged, and the bot says ready all the same)."""
+        try:
+            await asyncio.to_thread(self.positions.rules, message.game, dict(message.options))
+            if self.prepare is not None:
+                await asyncio.to_thread(self.prepare, message.game, dict(message.options))
+        except Exception as exc:
+            log.warning("prepare %s failed: %s: %s", message.game, type(exc).__name__, exc)
+        body = {"game": message.game, "options": message.options}
+        async with self.session.post(f"{self.url}/api/bot/ready", json=body) as resp:
+            if resp.status == 401:
+                raise AuthError(f"the gateway refused the bot key (401 {await _error_text(resp)})")
+            if resp.status != 200:
+                log.warning("ready for %s refused: %s", message.game, await _error_text(resp))
 
     async def play(self, turn: TurnMessage) -> None:
         """Answer one turn; no failure but a refused key ends more than this turn."""
@@ -253,31 +289,38 @@ class _Bot:
             self.taken.pop((turn.game_id, turn.seq), None)  # a re-sent turn may try again
 
     async def decide(self, turn: TurnMessage, state: State) -> str | None:
-        """The user's move if it is legal here, else (one log line) the first legal move."""
-        legal = state.legal_moves()
+        """The user's move if it is among the turn's legal moves (or `RESIGN`), else (one log
+        line) the first legal move."""
+        legal = turn.legal_moves
         if not legal:
             log.warning("game %s seq %d: no legal move to play", turn.game_id, turn.seq)
             return None
+        args: tuple[Any, ...] = (state.clone(), _seconds_left(turn.deadline))
         try:
             chosen = await asyncio.to_thread(
-                self.choose, state.clone(), _seconds_left(turn.deadline)
+                self.choose, *args, *([turn] if self.wants_turn else [])
             )
         except Exception as exc:
             problem = f"choose failed: {type(exc).__name__}: {exc}"
         else:
+            if chosen == RESIGN:
+                return RESIGN
             move = _legal_text(chosen, legal)
             if move is not None:
                 return move
             problem = f"choose returned the illegal move {chosen!r}"
         log.warning("game %s seq %d: %s; playing %s", turn.game_id, turn.seq, problem, legal[0])
-        return str(legal[0])
+        return legal[0]
 
     async def post(self, turn: TurnMessage, move: str) -> bool:
-        """POST the move; True once the gateway has answered it (accepted or refused)."""
+        """POST the move (or the resignation); True once the gateway has answered it
+        (accepted or refused)."""
         url = f"{self.url}/api/bot/games/{turn.game_id}/moves"
         body: dict[str, Any] = {"move": move, "seq": turn.seq}
         if turn.clock:
             body["clock"] = turn.clock  # the clock then runs from the hand-over
+        if move == RESIGN:
+            url, body = f"{self.url}/api/bot/games/{turn.game_id}/resign", {}
         backoff = _Backoff(0.25, 4.0)
         for _ in range(POST_ATTEMPTS):
             try:
@@ -332,13 +375,22 @@ class _Positions:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.games: OrderedDict[str, _Game] = OrderedDict()
+        self.loaded: dict[tuple[str, tuple[tuple[str, str], ...]], Game] = {}
+
+    def rules(self, game: str, options: dict[str, str]) -> Game:
+        """The rules of a game type, loaded once (what the SDK's warm-up does first)."""
+        spec = (game, tuple(sorted(options.items())))
+        rules = self.loaded.get(spec)
+        if rules is None:
+            rules = self.loaded[spec] = load_game(game, **options)
+        return rules
 
     def state_for(self, turn: TurnMessage) -> State:
         """The position after the turn's moves (shared: copy it before handing it out)."""
         spec = (turn.game, tuple(sorted(turn.options.items())))
         entry = self.games.get(turn.game_id)
         if entry is None or entry.spec != spec or turn.moves[: len(entry.moves)] != entry.moves:
-            state = load_game(turn.game, **turn.options).new_initial_state()
+            state = self.rules(turn.game, turn.options).new_initial_state()
             entry = _Game(spec, state, [])
         for text in turn.moves[len(entry.moves) :]:
             entry.state.apply(text)
@@ -382,18 +434,28 @@ def _seconds_left(deadline_ms: int) -> float | None:
     return max(0.0, deadline_ms / 1000 - time.time())
 
 
-def _legal_text(chosen: object, legal: list[Move]) -> str | None:
-    """The chosen move's text if it is among the legal moves, else None."""
+def _legal_text(chosen: object, legal: list[str]) -> str | None:
+    """The chosen move's text if it is among the turn's legal moves, else None."""
     try:
-        move = Move.parse(str(chosen))
+        move = str(Move.parse(str(chosen)))
     except InvalidMoveError:
         return None
-    return str(move) if move in legal else None
+    return move if move in legal else None
+
+
+def _takes_turn(choose: Choose) -> bool:
+    """Whether `choose` has room for a third argument, the turn."""
+    try:
+        params = inspect.signature(choose).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 3 or any(p.kind == p.VAR_POSITIONAL for p in params)
 
 
 def _verdict(message: EndedMessage) -> str:
-    if message.winner == 0:
-        return "draw"
+    if message.winner is None:
+        return "draw" if message.draw else "no result"
     return "win" if message.winner == message.seat else "loss"
 
 
@@ -479,10 +541,12 @@ def _reraise_unless_stopped(failed: ExceptionGroup[Exception]) -> None:
 
 
 __all__ = [
+    "RESIGN",
     "AuthError",
     "BotError",
     "Choose",
     "OnResult",
+    "Prepare",
     "register_bot",
     "rotate_key",
     "run_bot",

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import json
 import logging
 import uuid
@@ -24,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
+
+import msgpack
 
 from schemas.codec import FIELD, FIELD_BYTES, DecodeError, decode_event, decode_reply, encode
 from schemas.commands import Command
@@ -41,6 +45,9 @@ REPLY_MAXLEN = 10_000
 REPLY_TTL_MS = 3_600_000
 #: Game statuses of the index.
 STATUSES = ("waiting", "playing", "ended")
+#: How often a command client ends the waits for replies whose time is up (so a wait ends
+#: at most this late).
+SWEEP_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +82,10 @@ class CommandClient:
         #: single commands waiting for the next turn of the event loop (`_send_one`)
         self._outbox: list[tuple[str, bytes, asyncio.Future[None]]] = []
         self._flushing: set[asyncio.Task[None]] = set()
+        #: (deadline in loop time, order, the wake-up of a wait for one reply) (`_settled`)
+        self._deadlines: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+        self._sweeper: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> CommandClient:
         self.start()
@@ -99,6 +110,9 @@ class CommandClient:
         if reader is not None:
             reader.cancel()
             await asyncio.wait([reader], timeout=2.0)
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            sweeper.cancel()
         with contextlib.suppress(Exception):
             await self.redis.delete(self.reply_to)
         for future in self._waiting.values():
@@ -136,20 +150,33 @@ class CommandClient:
         await pipe.execute()
 
     async def _send_one(self, stream: str, data: bytes) -> None:
-        """One XADD, sent with every other one issued in the same turn of the event loop:
-        a gateway's concurrent requests share one pipeline (a command sent alone costs
-        the client several times its share of a pipeline)."""
+        """One XADD, sent in one pipeline with every other one waiting to go: a gateway's
+        concurrent requests share one pipeline (a command sent alone costs the client a
+        syscall and redis-py's round of a command, several times its share of a pipeline).
+
+        Group commit: one pipeline is in flight at a time. A command that finds none goes
+        at the next turn of the event loop, with whatever joined it in this turn; one that
+        finds a pipeline on its way goes with the next, as soon as that one is answered.
+        An idle client adds no wait; a busy one sends as many commands per pipeline as
+        arrived during one round trip."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._outbox.append((stream, data, future))
-        if len(self._outbox) == 1:
+        if len(self._outbox) == 1 and not self._flushing:
             asyncio.get_running_loop().call_soon(self._flush)
         await future
 
     def _flush(self) -> None:
+        if not self._outbox or self._flushing:
+            return  # already on its way, or the pipeline in flight takes it when answered
         batch, self._outbox = self._outbox, []
         task = asyncio.create_task(self._send_batch(batch))
         self._flushing.add(task)
-        task.add_done_callback(self._flushing.discard)
+        task.add_done_callback(self._flushed)
+
+    def _flushed(self, task: asyncio.Task[None]) -> None:
+        self._flushing.discard(task)
+        if self._outbox:
+            self._flush()  # what queued while the pipeline was out goes as the next one
 
     async def _send_batch(self, batch: list[tuple[str, bytes, asyncio.Future[None]]]) -> None:
         try:
@@ -201,37 +228,88 @@ class CommandClient:
         """
         self.start()
         timeout = self.timeout_s if timeout_s is None else timeout_s
-        addressed = [self._addressed(c) for c in commands]
-        futures = {c.command_id: self._future(c.command_id) for c in addressed}
-        todo = list(addressed)
+        ids = [c.command_id for c in commands]
+        futures = {cid: self._future(cid) for cid in ids}
+        # Encoded once (with this client's reply stream), sent again as they are.
+        todo = [(cid, self.keys.commands_for(c.game_id), self._encoded(c)) for cid, c in
+                zip(ids, commands, strict=True)]  # fmt: skip
         try:
             for attempt in range(retries + 1):
                 try:
-                    await self.send(todo)
+                    await self._send_encoded(todo)
                 except WRITES_REFUSED:
                     raise
                 except TRANSIENT_ERRORS:
                     if attempt == retries:
                         raise
-                pending = [futures[c.command_id] for c in todo]
-                await asyncio.wait(pending, timeout=timeout)
-                todo = [c for c in todo if not futures[c.command_id].done()]
+                if len(todo) == 1:  # a person's move, a bot's: the gateway's hot path
+                    await self._settled(futures[todo[0][0]], timeout)
+                else:
+                    await asyncio.wait([futures[cid] for cid, _, _ in todo], timeout=timeout)
+                todo = [item for item in todo if not futures[item[0]].done()]
                 if not todo:
                     break
                 log.info("no reply yet for %d commands; sending them again", len(todo))
         finally:
-            for c in addressed:
-                self._waiting.pop(c.command_id, None)
+            for cid in ids:
+                self._waiting.pop(cid, None)
         if todo:
-            ids = ", ".join(c.command_id for c in todo[:5])
-            raise TimeoutError(f"no reply from the engine for {len(todo)} command(s): {ids}")
-        return [futures[c.command_id].result() for c in addressed]
+            named = ", ".join(cid for cid, _, _ in todo[:5])
+            raise TimeoutError(f"no reply from the engine for {len(todo)} command(s): {named}")
+        return [futures[cid].result() for cid in ids]
 
-    def _addressed(self, command: Command) -> Command:
-        if command.reply_to == self.reply_to:
-            return command
-        updated: Command = command.model_copy(update={"reply_to": self.reply_to})
-        return updated
+    def _encoded(self, command: Command) -> bytes:
+        """`encode(command)` with `reply_to` this client's stream (the same bytes as
+        encoding an updated copy, without making one)."""
+        fields = command.model_dump(mode="python")
+        fields["reply_to"] = self.reply_to
+        data: bytes = msgpack.packb(fields, use_bin_type=True)
+        return data
+
+    async def _send_encoded(self, todo: Sequence[tuple[str, str, bytes]]) -> None:
+        """(command id, stream, bytes) sent: one alone through the shared pipeline."""
+        if len(todo) == 1:  # a person's move
+            _, stream, data = todo[0]
+            await self._send_one(stream, data)
+        else:
+            await self.send_encoded([(stream, data) for _, stream, data in todo])
+
+    async def _settled(self, future: asyncio.Future[Reply], timeout: float) -> None:
+        """Wait until `future` is done or `timeout` has passed (leaving it pending).
+
+        What `asyncio.wait` does for one future, without a timer per wait: the client's
+        sweeper ends the waits whose time is up, every `SWEEP_S`. The event loop keeps its
+        timers in a heap of handles it orders in Python; one per command, set and cancelled,
+        was 7% of a busy gateway's CPU."""
+        if future.done():
+            return
+        loop = asyncio.get_running_loop()
+        wake: asyncio.Future[None] = loop.create_future()
+
+        def replied(_: asyncio.Future[Reply]) -> None:
+            if not wake.done():
+                wake.set_result(None)
+
+        future.add_done_callback(replied)
+        heapq.heappush(self._deadlines, (loop.time() + timeout, next(self._order), wake))
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.create_task(self._sweep())
+        try:
+            await wake
+        finally:
+            future.remove_done_callback(replied)
+
+    async def _sweep(self) -> None:
+        """End the waits whose time is up (and forget the answered ones), until none is left."""
+        loop = asyncio.get_running_loop()
+        deadlines = self._deadlines
+        while deadlines:
+            await asyncio.sleep(SWEEP_S)
+            now = loop.time()
+            while deadlines and (deadlines[0][0] <= now or deadlines[0][2].done()):
+                wake = heapq.heappop(deadlines)[2]
+                if not wake.done():
+                    wake.set_result(None)
 
     def _future(self, command_id: str) -> asyncio.Future[Reply]:
         future = self._waiting.get(command_id)

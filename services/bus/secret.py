@@ -10,11 +10,12 @@ gets `AGON_SECRET` in its env file, and one started without it is told so.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from redis.exceptions import NoPermissionError
 
-from schemas.tokens import new_secret, secret_from_env
+from schemas.tokens import clock_key, new_secret, secret_from_env
 from services.bus.connection import Client
 from services.bus.keys import Keys
 
@@ -33,3 +34,12 @@ async def shared_secret(redis: Client, keys: Keys) -> bytes:
             "AGON_SECRET (agon acl writes it into the env file of each service that needs it)"
         ) from None
     return bytes(stored)
+
+
+async def clock_signing_key(redis: Client, keys: Keys) -> bytes:
+    """The key that signs move clocks (`schemas.tokens.clock_key`): env `AGON_CLOCK_KEY`
+    (what `agon acl` gives bot workers, which hold no secret), else the secret's."""
+    configured = os.environ.get("AGON_CLOCK_KEY", "")
+    if configured:
+        return configured.encode()
+    return clock_key(await shared_secret(redis, keys))

@@ -9,9 +9,11 @@ live games is rebuilt from the log on a miss.
 Clocks are judged by arrival: `decide` gets `arrived`, when the command reached the command
 stream (its entry id's time), and a move that arrived by the deadline counts however late
 an engine gets to it; a timeout claim counts only if it arrived after the deadline. The
-deadline runs from the head event, or from when the dispatcher handed a bot its turn when
-the command carries that turn's signed deadline (`schemas.tokens.clock_stamp`), whichever
-is later: the platform's lag in getting the turn to the bot is not the bot's time.
+deadline runs from the head event, or from when the turn reached the bot when the command
+carries the deadline signed then (`schemas.tokens.clock_stamp`), whichever is later, but at
+most `MAX_GRACE_MS` later: the platform's lag in getting the turn to the bot is not the
+bot's time. A claim signed as the platform's (`late_stamp`: the turn never reached its bot
+in time) ends the game as `interrupted`, which tournaments replay instead of scoring.
 
 Every command is decided for a principal, the one its credentials prove (`principal`): a
 seat once its token matched, the operator once the admin token matched, and the roles that
@@ -67,9 +69,13 @@ from schemas.events import (
 )
 from schemas.replies import RejectCode
 from schemas.tokens import (
+    MAX_GRACE_MS,
+    SEND_GRACE_MS,
     admin_token,
     bot_token,
+    clock_key,
     human_token,
+    late_deadline,
     stamped_deadline,
     token_hash,
     token_matches,
@@ -242,6 +248,7 @@ class Rules:
     def __init__(self, secret: bytes) -> None:
         self.secret = secret
         self._admin = admin_token(secret)
+        self._clock_key = clock_key(secret)
         #: Spells in which Redis refused the platform's writes (`services.bus.outages`): no
         #: clock runs in them. The engine service keeps them current.
         self.outages: Sequence[tuple[int, int]] = ()
@@ -451,7 +458,8 @@ class Rules:
                 text = str(move)
                 if text == cmd.move:
                     fold.actions[text] = action
-            self._apply(out, cmd, now, action, text, arrived - start)
+            lag = start - fold.updated  # the platform's, before the turn reached the bot
+            self._apply(out, cmd, now, action, text, arrived - start, lag_ms=lag)
         except (InvalidMoveError, IllegalMoveError) as exc:
             code: RejectCode = "illegal_move"
             if isinstance(exc, InvalidMoveError):
@@ -470,6 +478,7 @@ class Rules:
         text: str,
         think_ms: int,
         timeout: bool = False,
+        lag_ms: int = 0,
     ) -> None:
         """Play `action` (`text`, canonical) for the seat to move: its `MovePlayed`, and
         the `GameEnded` if it ends the game. Raises, changing nothing, if it is illegal."""
@@ -498,6 +507,7 @@ class Rules:
             state.seat_to_move,
             max(0, think_ms),
             timeout,
+            max(0, lag_ms),
         )
         data = encode_map(event)
         fold.played(event)
@@ -524,6 +534,10 @@ class Rules:
         if arrived <= deadline:
             raise Reject("illegal_move", f"seat {rec.to_move} had {deadline - arrived} ms left")
         late, overrun = rec.to_move, arrived - deadline
+        if late_deadline(self.secret, rec.game_id, cmd.expected_seq, cmd.clock) is not None:
+            detail = f"the platform did not hand seat {late} its turn in time ({overrun} ms late)"
+            self._end(out, cmd, now, 0, "interrupted", detail)
+            return
         if rec.created.on_timeout == "random_move":
             # Ludii's competitions: a random legal move for the ply, drawn from the game's
             # seed and the ply, so a replay of the log makes the same one.
@@ -561,17 +575,23 @@ class Rules:
     # -- helpers -------------------------------------------------------------------------
     def turn_deadline(self, rec: GameRecord, seq: int, clock: str, arrived: int) -> tuple[int, int]:
         """The deadline of the seat to move (0: none) and when its time began: from the head
-        event, or later from the turn's hand-over when `clock` signs a later deadline for
-        this game and seq (a hand-over after the command's arrival counts as the arrival),
-        and later again by the time Redis refused writes since (`outages`)."""
+        event, or later from when the turn reached the bot when `clock` signs a later
+        deadline for this game and seq (a hand-over after the command's arrival counts as
+        the arrival; at most `MAX_GRACE_MS` later), and later again by the time Redis
+        refused writes since (`outages`). A `late_stamp` signs the hand-over deadline too."""
         fold = rec.fold
         deadline, start = fold.deadline, fold.updated
         if deadline and clock:
-            stamped = stamped_deadline(self.secret, fold.game_id, seq, clock)
+            stamped = stamped_deadline(self._clock_key, fold.game_id, seq, clock)
+            if stamped is None:
+                stamped = late_deadline(self.secret, fold.game_id, seq, clock)
             if stamped is not None and stamped > deadline:
                 allowance = deadline - start  # the per-move limit and what is left of the bank
-                deadline = max(deadline, min(stamped, arrived + allowance))
-                start = deadline - allowance
+                # A stamp signs the deadline the bot was told plus the send grace: the turn
+                # reached the bot at `given`, or at the latest when the command arrived.
+                given = min(stamped - SEND_GRACE_MS - allowance, arrived)
+                latest = min(stamped, given + allowance + SEND_GRACE_MS, deadline + MAX_GRACE_MS)
+                deadline, start = max(deadline, latest), max(start, given)
         if deadline and self.outages:
             paused = paused_ms(self.outages, start, arrived)
             deadline, start = deadline + paused, start + paused

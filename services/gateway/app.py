@@ -20,13 +20,16 @@ from typing import Any
 
 from aiohttp import web
 
+from schemas.tokens import clock_key
 from services.bus.cache import LRU
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import connect
+from services.bus.delivery import Deliveries
 from services.bus.feeds import FeedTail
 from services.bus.registry import BotRegistry
 from services.bus.secret import shared_secret
 from services.gateway import appkeys, routes, tournaments
+from services.gateway.botstreams import BotStreams
 from services.gateway.guard import secure_headers
 from services.gateway.http import errors, media_types, rate_limit
 from services.gateway.limits import RateLimiter
@@ -51,6 +54,7 @@ def init_app(settings: GatewaySettings, *, redis: Any = None) -> web.Application
     app[appkeys.METRICS] = Metrics()
     app[appkeys.SOCKETS] = appkeys.OpenSockets()
     app[appkeys.BOT_CONNECTIONS] = Counter()
+    app[appkeys.BOT_STREAMS] = BotStreams()
     app[appkeys.BOT_KEYS] = LRU(10_000)
     app.cleanup_ctx.append(_parts(redis))
     app.cleanup_ctx.append(tournaments.leaderboard_cache)
@@ -73,6 +77,7 @@ def _parts(
         )
         app[appkeys.REDIS] = redis
         app[appkeys.SECRET] = await shared_secret(redis, keys)
+        app[appkeys.DELIVERIES] = Deliveries(redis, keys, clock_key(app[appkeys.SECRET]))
         app[appkeys.BOT_REGISTRY] = BotRegistry(redis, keys)
         await app[appkeys.BOT_REGISTRY].fold_names()
         commands = CommandClient(
@@ -89,7 +94,7 @@ def _parts(
         await hub.tail.start_here()
         following = asyncio.create_task(hub.run(stop))
         # One reader of the inboxes of every bot streaming here (services.gateway.turns).
-        app[appkeys.TURNS] = TurnReader(redis, keys, app[appkeys.NAME])
+        app[appkeys.TURNS] = TurnReader(redis, keys, app[appkeys.NAME], app[appkeys.DELIVERIES].lag)
         reading = asyncio.create_task(app[appkeys.TURNS].run(stop))
         log.info("gateway %s ready", app[appkeys.NAME])
         try:

@@ -9,9 +9,11 @@ from aiohttp import web
 
 from services.bus.cache import LRU
 from services.bus.clients import CommandClient, QueryClient
+from services.bus.delivery import Deliveries
 from services.bus.registry import BotRegistry
 
 if TYPE_CHECKING:
+    from services.gateway.botstreams import BotStreams
     from services.gateway.leaderboards import Leaderboards
     from services.gateway.limits import RateLimiter
     from services.gateway.live import Hub, TurnReader
@@ -30,6 +32,8 @@ QUERY: web.AppKey[QueryClient] = web.AppKey("query", QueryClient)
 STATES: web.AppKey[GameStates] = web.AppKey("states")
 HUB: web.AppKey[Hub] = web.AppKey("hub")
 TURNS: web.AppKey[TurnReader] = web.AppKey("turns")
+#: starts an outside bot's clock when its turn is written to its stream or socket
+DELIVERIES: web.AppKey[Deliveries] = web.AppKey("deliveries", Deliveries)
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
 LIMITER: web.AppKey[RateLimiter] = web.AppKey("limiter")
 #: each rules' leaderboards, computed once per version of the results
@@ -43,5 +47,8 @@ class OpenSockets(set[web.WebSocketResponse]):
 SOCKETS: web.AppKey[OpenSockets] = web.AppKey("sockets", OpenSockets)
 #: open turn streams per outside bot on this gateway
 BOT_CONNECTIONS: web.AppKey[Counter[str]] = web.AppKey("bot_connections", Counter)
+#: outside bots' turn streams on this gateway, and the positions their turns' legal moves
+#: come from (`services.gateway.turns`)
+BOT_STREAMS: web.AppKey[BotStreams] = web.AppKey("bot_streams")
 #: bot key hash -> (bot name, when to ask Redis again): a bot's every move is authenticated
 BOT_KEYS: web.AppKey[LRU[str, tuple[str, float]]] = web.AppKey("bot_keys", LRU)

@@ -13,9 +13,15 @@ only if its creator bears that bot's key or the bot accepts challenges
 
 A registered bot is seated like a built-in one: the dispatcher writes its turns to its
 inbox, and the gateway's one reader of inboxes sends them on the bot's streams
-(`/api/bot/stream` NDJSON, or `/ws/bot`; `services.gateway.turns`). A move (`POST
+(`/api/bot/stream` NDJSON, or `/ws/bot`; `services.gateway.turns`), with a `prepare`
+before the first turn of a game type the stream did not say it is ready for (`?ready=`),
+answered by `ready` (on the socket, or `POST /api/bot/ready`). A move (`POST
 /api/bot/games/{id}/moves` or a `move` on the socket) gets the command id
-"<bot>:<game>:<seq>" that built-in workers use: answering one turn twice changes nothing.
+"<bot>:<game>:<seq>" that built-in workers use: answering one turn twice changes nothing. A
+bot resigns with `POST /api/bot/games/{id}/resign` or a `resign` on the socket (command id
+"<bot>:<game>:resign"): the gateway signs the engine's `Resign` with the seat's token, which
+it derives from the secret as the dispatcher does. No game of the arena (RULES.md) ends in a
+draw by agreement, so there are no draw offers.
 """
 
 from __future__ import annotations
@@ -30,12 +36,16 @@ from schemas.api import (
     BotKeyBody,
     BotMoveBody,
     BotMoveMessage,
+    BotResignMessage,
     BotSettingsBody,
+    HeldBody,
     NewBot,
     PingMessage,
+    ReadyBody,
+    ReadyMessage,
     decode_bot_message,
 )
-from schemas.commands import PlayMove
+from schemas.commands import PlayMove, Resign
 from schemas.replies import Reply
 from schemas.tokens import bot_token, token_hash
 from services.bus.registry import Refused, reserved
@@ -55,7 +65,7 @@ from services.gateway.http import (
 )
 from services.gateway.live import KEY_CACHE_S
 from services.gateway.sockets import send, socket_loop
-from services.gateway.turns import serve_turns, stream_slot
+from services.gateway.turns import Turns, ready_param, serve_turns, stream_slot
 from services.projector.fold import GameFold
 
 #: The status of each refusal of the registry.
@@ -161,13 +171,7 @@ async def bot_move(request: web.Request) -> web.Response:
 async def answer(
     app: web.Application, bot: str, game_id: str, move: str, seq: int, clock: str = ""
 ) -> Reply:
-    states = app[appkeys.STATES]
-    game = await states.known(game_id)  # for its seats: the engine checks the rest
-    if game is None:
-        raise ApiError("unknown_game", f"no game {game_id}")
-    if all(s["kind"] == "bot" and s["name"] == bot for s in game.seats):
-        game = await states.current(game_id) or game  # both seats: which is to move now?
-    seat = bot_seat(game, bot)
+    seat = await _seat_of(app, bot, game_id)
     command = PlayMove(
         command_id=f"{bot}:{game_id}:{seq}",
         game_id=game_id,
@@ -178,6 +182,45 @@ async def answer(
         clock=clock,
     )
     return await submit(app, command)
+
+
+async def bot_resign(request: web.Request) -> web.Response:
+    bot = await authenticate(request)
+    reply = await resign(request.app, bot, request.match_info["id"])
+    if (error := refused(reply)) is not None:
+        raise error
+    return respond(request, {"seq": reply.seq})
+
+
+async def resign(app: web.Application, bot: str, game_id: str) -> Reply:
+    """The engine's `Resign` for the bot's seat, signed with the seat's token."""
+    seat = await _seat_of(app, bot, game_id)
+    command = Resign(
+        command_id=f"{bot}:{game_id}:resign",
+        game_id=game_id,
+        seat=seat,
+        token=bot_token(app[appkeys.SECRET], game_id, seat),
+    )
+    return await submit(app, command)
+
+
+async def bot_ready(request: web.Request) -> web.Response:
+    """A bot answers `prepare` on its NDJSON streams: every stream of it on this gateway is
+    ready for the game type, and the turns they held for it go now."""
+    bot = await authenticate(request)
+    body = await read_body(request, ReadyBody)
+    released = request.app[appkeys.BOT_STREAMS].ready(bot, body.game, body.options)
+    return respond(request, HeldBody(released=released).model_dump())
+
+
+async def _seat_of(app: web.Application, bot: str, game_id: str) -> int:
+    states = app[appkeys.STATES]
+    game = await states.known(game_id)  # for its seats: the engine checks the rest
+    if game is None:
+        raise ApiError("unknown_game", f"no game {game_id}")
+    if all(s["kind"] == "bot" and s["name"] == bot for s in game.seats):
+        game = await states.current(game_id) or game  # both seats: which is to move now?
+    return bot_seat(game, bot)
 
 
 def bot_seat(game: GameFold, bot: str) -> int:
@@ -207,7 +250,9 @@ async def bot_stream(request: web.Request) -> web.StreamResponse:
         async def emit(message: BaseModel | None) -> None:
             await write(b"\n" if message is None else message.model_dump_json().encode() + b"\n")
 
-        await serve_turns(request.app, bot, emit, key_hash=key_hash, alive=alive)
+        await serve_turns(
+            request.app, bot, emit, key_hash=key_hash, alive=alive, ready=ready_param(request)
+        )
 
     with stream_slot(request.app, bot):
         return await ndjson(request, "bot", produce)
@@ -215,18 +260,29 @@ async def bot_stream(request: web.Request) -> web.StreamResponse:
 
 async def bot_socket(request: web.Request) -> web.WebSocketResponse:
     bot, key_hash = await _stream_bot(request)
+    ready = ready_param(request)
+    mine: list[Turns] = []  # this socket's stream, once it opened
 
     async def feed(ws: web.WebSocketResponse) -> None:
         async def emit(message: BaseModel | None) -> None:
             await send(ws, PingMessage() if message is None else message)
 
-        await serve_turns(request.app, bot, emit, key_hash=key_hash, alive=lambda: not ws.closed)
+        await serve_turns(
+            request.app, bot, emit, key_hash=key_hash, alive=lambda: not ws.closed,
+            ready=ready, opened=mine.append,
+        )  # fmt: skip
         await ws.close(code=1000, message=b"stream ended")
 
-    async def answer_move(message: BotMoveMessage) -> Reply:
+    async def handle(message: BotMoveMessage | BotResignMessage | ReadyMessage) -> Reply | None:
+        if isinstance(message, ReadyMessage):
+            for turns in mine:  # this socket's alone: another may not have prepared
+                turns.ready_for(message.game, message.options)
+            return None
+        if isinstance(message, BotResignMessage):
+            return await resign(request.app, bot, message.game_id)
         return await answer(
             request.app, bot, message.game_id, message.move, message.seq, message.clock
         )
 
     with stream_slot(request.app, bot):
-        return await socket_loop(request, "bot", decode_bot_message, feed, answer_move)
+        return await socket_loop(request, "bot", decode_bot_message, feed, handle)

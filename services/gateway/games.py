@@ -98,6 +98,8 @@ async def create_game(request: web.Request) -> web.Response:
         seats=seats,
         move_time_ms=round(body.move_time * 1000) if body.move_time else 0,
         seed=body.seed,
+        time_bank_ms=round(body.time_bank * 1000) if body.time_bank else 0,
+        on_timeout=body.on_timeout,
     )
     reply = await submit(app, create)
     if (error := refused(reply)) is not None:

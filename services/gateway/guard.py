@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
 import resource
@@ -85,6 +86,12 @@ def connection_cap(files: int, asked: int = 0) -> int:
     return min(asked, fits) if asked > 0 else fits
 
 
+#: Peer addresses whose `client_address` is remembered: it is asked on every request (rate
+#: limits), and parsing an address costs more than the rest of the limit's work.
+ADDRESSES_REMEMBERED = 4_096
+
+
+@functools.lru_cache(maxsize=ADDRESSES_REMEMBERED)
 def client_address(host: str) -> str:
     """Whom a peer address counts as: itself, or an IPv6 address's /64, which one host
     commonly holds whole (so a cap or quota per address is not one per /128)."""

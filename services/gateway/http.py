@@ -190,13 +190,13 @@ async def submit(app: web.Application, command: Any) -> Reply:
     try:
         reply = await app[appkeys.COMMANDS].submit(command)
     except TimeoutError:
-        app[appkeys.METRICS].commands.labels(code="timeout").inc()
+        app[appkeys.METRICS].count_command("timeout")
         raise ApiError("timeout", "the engine did not answer in time; send it again") from None
     except TRANSIENT_ERRORS as exc:
         raise unavailable(exc) from None
     metrics = app[appkeys.METRICS]
     metrics.latency.observe(time.perf_counter() - started)
-    metrics.commands.labels(code=getattr(reply, "code", "accepted")).inc()
+    metrics.count_command(getattr(reply, "code", "accepted"))
     return reply
 
 
@@ -304,7 +304,7 @@ async def rate_limit(request: web.Request, handler: Handler) -> web.StreamRespon
     if request.path != "/health":  # load balancers probe it often; it costs one PING
         wait = limited(request)
         if wait > 0:
-            request.app[appkeys.METRICS].commands.labels(code="rate_limited").inc()
+            request.app[appkeys.METRICS].count_command("rate_limited")
             raise ApiError(
                 "rate_limited",
                 f"too many requests; retry in {wait:.1f} s",

@@ -6,8 +6,9 @@ encodes itself for a socket or an NDJSON line once, on first use, and every list
 shares that text. A listener keeps what it has not sent yet, up to `QUEUE_SIZE`; beyond
 that, or when an event arrives out of order (a feed entry missed while Redis was away),
 the listener's owner reads the gap from the game's log (`catch_up`), so a client gets
-every event once, in order. Listeners of "every ended game" let bot streams tell outside
-bots their results.
+every event once, in order. A bot stream's `EndedListener` is told of the games that seat
+its bot (from their `game_created` events, or as the stream learns of them) and of their
+ends, so that every outside bot hears how each of its games ended.
 
 Outside bots' turns come the same way: one `TurnReader` per gateway reads the inboxes of
 the bots that have a stream here and hands each entry to that bot's `InboxListener`s
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -31,6 +33,7 @@ from schemas.codec import DecodeError, unpack
 from services.bus.clients import QueryClient
 from services.bus.connection import TRANSIENT_ERRORS, Client, is_cluster
 from services.bus.consumer import as_text, heartbeat_value
+from services.bus.delivery import Lag
 from services.bus.feeds import FeedTail
 from services.bus.keys import WORKERS_GROUP, Keys
 from services.export import export_line
@@ -39,6 +42,16 @@ log = logging.getLogger("agon.gateway")
 
 #: Events a listener holds for its socket before it is told to catch up from the log.
 QUEUE_SIZE = 256
+#: Ends of a bot's games a stream holds before it asks the views instead.
+ENDED_QUEUE_SIZE = 1_024
+#: How often the hub wakes the listeners whose quiet wait is over: one clock for all of
+#: them, rather than a timer per wait (with a thousand sockets on a game, setting and
+#: cancelling a timer per event and socket cost a fifth of the fan-out).
+QUIET_TICK_S = 0.25
+#: A hub nobody listens to (no socket, stream or bot stream here) reads the feeds this much
+#: later after each batch, so in bigger batches: nobody waits for those events, and a read
+#: of a few costs the gateway as much as one of many. A new listener wakes it at once.
+IDLE_PAUSE_S = 0.05
 
 #: How often the reader beats for the bots it serves (the dispatcher's `alive_ms` is 2 s).
 HEARTBEAT_S = 0.5
@@ -60,6 +73,15 @@ INBOX_QUEUE_SIZE = 256
 #: Streams whose connect-time search (a few reads each) runs at once: a burst of connecting
 #: streams queues here instead of opening a Redis connection each.
 OPENING_AT_ONCE = 8
+
+
+async def woken_within(woken: asyncio.Event, timeout_s: float) -> None:
+    """Wait until `woken` is set or `timeout_s` has passed. A timer on the waiting task
+    rather than `wait_for`, which makes a task per wait: a game with a thousand sockets
+    wakes a thousand waiters per event, and the tasks were most of the fan-out's cost."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            await woken.wait()
 
 
 class LiveEvent:
@@ -96,6 +118,10 @@ class Listener:
     pending: list[LiveEvent] = field(default_factory=list)
     overflowed: bool = False
     woken: asyncio.Event = field(default_factory=asyncio.Event)
+    #: whether a running hub's clock ends this listener's quiet waits (else a timer each)
+    clocked: bool = False
+    #: the loop time at which a waiting `take` gives up (inf while it is not waiting)
+    quiet_until: float = math.inf
 
     def deliver(self, event: LiveEvent) -> None:
         if len(self.pending) >= QUEUE_SIZE:
@@ -109,8 +135,14 @@ class Listener:
         """The events delivered since the last take, and whether some were dropped;
         waits up to `timeout_s` for at least one."""
         if not self.pending and not self.overflowed:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.woken.wait(), timeout_s)
+            if self.clocked:  # the hub's clock sets `woken` once `quiet_until` has passed
+                self.quiet_until = asyncio.get_running_loop().time() + timeout_s
+                try:
+                    await self.woken.wait()
+                finally:
+                    self.quiet_until = math.inf
+            else:
+                await woken_within(self.woken, timeout_s)
         self.woken.clear()
         events, self.pending = self.pending, []
         overflowed, self.overflowed = self.overflowed, False
@@ -164,11 +196,30 @@ async def follow(
 
 @dataclass(eq=False)
 class EndedListener:
-    """Told of every game that ends: (game id, the game_ended event's map)."""
+    """A bot stream's games and their ends: `games` (game id -> the bot's seat) grows as
+    games that seat `bot` are created (the hub adds them) or as the stream learns of them;
+    `queue` gets (game id, its game_ended event's map) for each of them that ends. Past
+    `ENDED_QUEUE_SIZE` ends not yet told, `overflowed`: the stream asks the views."""
 
+    bot: str
+    games: dict[str, int] = field(default_factory=dict)
     queue: asyncio.Queue[tuple[str, dict[str, Any]]] = field(
-        default_factory=lambda: asyncio.Queue(QUEUE_SIZE)
+        default_factory=lambda: asyncio.Queue(ENDED_QUEUE_SIZE)
     )
+    overflowed: bool = False
+
+    def created(self, game_id: str, ev: dict[str, Any]) -> None:
+        for seat, spec in enumerate(ev.get("seats", ()), start=1):
+            if spec.get("kind") == "bot" and spec.get("name") == self.bot:
+                self.games.setdefault(game_id, seat)
+                return
+
+    def ended(self, game_id: str, ev: dict[str, Any]) -> None:
+        if game_id in self.games:
+            try:
+                self.queue.put_nowait((game_id, ev))
+            except asyncio.QueueFull:
+                self.overflowed = True
 
 
 class Hub:
@@ -177,10 +228,14 @@ class Hub:
         self.games: dict[str, set[Listener]] = defaultdict(set)
         self.ended: set[EndedListener] = set()
         self.events_seen = 0
+        #: whether `run`'s clock is going (ending the listeners' quiet waits)
+        self.ticking = False
+        self._listened = asyncio.Event()
 
     def listen(self, game_id: str) -> Listener:
-        listener = Listener(game_id)
+        listener = Listener(game_id, clocked=self.ticking)
         self.games[game_id].add(listener)
+        self._listened.set()
         return listener
 
     def unlisten(self, listener: Listener) -> None:
@@ -197,12 +252,38 @@ class Hub:
     async def run(self, stop: asyncio.Event) -> None:
         """Follow the feeds until `stop`, from where `tail.start_here` fixed the start (the
         app calls it before serving); a failure is logged and the following resumes."""
-        while not stop.is_set():
-            try:
-                await self._follow(stop)
-            except Exception as exc:
-                log.warning("gateway feed follower failed (%s); resuming in 1 s", exc)
-                await asyncio.sleep(1.0)
+        clock = asyncio.create_task(self._clock())
+        try:
+            while not stop.is_set():
+                try:
+                    await self._follow(stop)
+                except Exception as exc:
+                    log.warning("gateway feed follower failed (%s); resuming in 1 s", exc)
+                    await asyncio.sleep(1.0)
+        finally:
+            clock.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await clock
+
+    async def _clock(self) -> None:
+        """Every `QUIET_TICK_S`, wake the listeners whose quiet wait is over. When it stops,
+        its listeners go back to a timer per wait, woken now to set theirs."""
+        self.ticking = True
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                await asyncio.sleep(QUIET_TICK_S)
+                now = loop.time()
+                for listeners in self.games.values():
+                    for listener in listeners:
+                        if listener.quiet_until <= now:
+                            listener.woken.set()
+        finally:
+            self.ticking = False
+            for listeners in self.games.values():
+                for listener in listeners:
+                    listener.clocked = False
+                    listener.woken.set()
 
     async def _follow(self, stop: asyncio.Event) -> None:
         async for batch in self.tail.follow(stop):
@@ -220,10 +301,22 @@ class Hub:
                     event.event = ev  # already unpacked: spare each listener the work
                     for listener in listeners:
                         listener.deliver(event)
-                if ev.get("type") == "game_ended":
+                kind = ev.get("type")
+                if kind == "game_created":
                     for ended in self.ended:
-                        with contextlib.suppress(asyncio.QueueFull):
-                            ended.queue.put_nowait((game_id, ev))
+                        ended.created(game_id, ev)
+                elif kind == "game_ended":
+                    for ended in self.ended:
+                        ended.ended(game_id, ev)
+            if not self.games and not self.ended:
+                await self._idle()
+
+    async def _idle(self) -> None:
+        """Nobody listens: the next read waits `IDLE_PAUSE_S`, or until somebody does."""
+        self._listened.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(IDLE_PAUSE_S):
+                await self._listened.wait()
 
 
 # -- outside bots' inboxes -------------------------------------------------------------------
@@ -257,8 +350,7 @@ class InboxListener:
         """The entries delivered since the last take, and whether some were dropped; waits
         up to `timeout_s` for at least one."""
         if not self.entries and not self.overflowed and not self.closed:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.woken.wait(), timeout_s)
+            await woken_within(self.woken, timeout_s)
         self.woken.clear()
         entries, self.entries = self.entries, []
         overflowed, self.overflowed = self.overflowed, False
@@ -268,10 +360,12 @@ class InboxListener:
 class TurnReader:
     """The gateway's one reader of its bots' inboxes (see the module's doc)."""
 
-    def __init__(self, redis: Client, keys: Keys, name: str) -> None:
+    def __init__(self, redis: Client, keys: Keys, name: str, lag: Lag | None = None) -> None:
         self.redis = redis
         self.keys = keys
         self.name = name
+        #: this gateway's delivery lag, beaten for every bot served here (admission reads it)
+        self.lag = lag or Lag()
         self.bots: dict[str, set[InboxListener]] = {}
         #: bot -> the last inbox entry id read; a bot is read once its first stream set it
         self.last: dict[str, str] = {}
@@ -374,8 +468,9 @@ class TurnReader:
                 served = set(self.bots)
                 with contextlib.suppress(*TRANSIENT_ERRORS):
                     if served:
+                        lag = self.lag.summary()
                         beats: dict[Any, Any] = {
-                            self._consumer(bot): self._beat_of(bot) for bot in served
+                            self._consumer(bot): self._beat_of(bot, lag) for bot in served
                         }
                         await self.redis.hset(heartbeats, mapping=beats)
                     if gone := beaten - served:
@@ -409,6 +504,6 @@ class TurnReader:
         return f"{self.name}-bot-{bot}"
 
     @staticmethod
-    def _beat_of(bot: str) -> str:
+    def _beat_of(bot: str, lag: dict[str, int]) -> str:
         """What a bot worker's heartbeat says, from the gateway that serves its streams."""
-        return heartbeat_value(f"bot-{bot}", WORKERS_GROUP, via="gateway")
+        return heartbeat_value(f"bot-{bot}", WORKERS_GROUP, via="gateway", **lag)

@@ -13,10 +13,13 @@ never logged).
 
 from __future__ import annotations
 
+import contextlib
+import json
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from services.bus.admission import platform_lag
 from services.bus.connection import Client
 from services.bus.consumer import as_text
 from services.bus.keys import Keys
@@ -45,10 +48,30 @@ class Metrics:
             registry=r,
         )  # fmt: skip
         self.live_games = Gauge("agon_live_games", "Games being played", registry=r)
+        self.turn_lag = Gauge(
+            "agon_turn_lag_ms",
+            "The platform's lag on bots' turns, p99 over the last seconds, worst process:"
+            " from the turn's event to the bot (delivery), from its answer to the engine (send)",
+            ["stage"], registry=r,
+        )  # fmt: skip
+        self.undelivered = Gauge(
+            "agon_turns_undelivered",
+            "Bot turns the platform did not deliver before their clocks ran out (interrupted)",
+            registry=r,
+        )
         self.connections_refused = Counter(
             "agon_connections_refused", "Connections refused over a cap or closed at a deadline",
             ["reason"], registry=r,
         )  # fmt: skip
+        #: `commands` by code, looked up once per code rather than per command
+        self._commands_by_code: dict[str, Any] = {}
+
+    def count_command(self, code: str) -> None:
+        """One more command answered with `code` ("accepted", a refusal, "timeout")."""
+        child = self._commands_by_code.get(code)
+        if child is None:
+            child = self._commands_by_code[code] = self.commands.labels(code=code)
+        child.inc()
 
     async def refresh(self, redis: Client, keys: Keys) -> None:
         """Read lag, pending entries and live games from Redis (one pipeline)."""
@@ -59,7 +82,11 @@ class Metrics:
             pipe.xinfo_groups(stream)
         for p in keys.all_partitions():
             pipe.zcard(keys.index_status(p, "playing"))
+        pipe.hgetall(keys.processes())
         answers: list[Any] = await pipe.execute(raise_on_error=False)
+        beats = answers.pop()
+        if not isinstance(beats, Exception):
+            self._turns(beats)
         lag: dict[str, int] = {}
         pending: dict[str, int] = {}
         for groups in answers[: len(streams)]:
@@ -74,6 +101,16 @@ class Metrics:
         for name, value in pending.items():
             self.pending.labels(group=name).set(value)
         self.live_games.set(sum(int(n) for n in answers[len(streams) :] if isinstance(n, int)))
+
+    def _turns(self, beats: dict[Any, Any]) -> None:
+        parsed = {}
+        for name, value in beats.items():
+            with contextlib.suppress(ValueError):
+                parsed[as_text(name)] = json.loads(value)
+        lag = platform_lag(parsed)
+        self.turn_lag.labels(stage="delivery").set(lag.lag_ms)
+        self.turn_lag.labels(stage="send").set(lag.send_ms)
+        self.undelivered.set(lag.late)
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

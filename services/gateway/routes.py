@@ -26,11 +26,14 @@ from schemas.api import (
     GameCreatedBody,
     GamePageBody,
     HealthBody,
+    HeldBody,
     MoveBody,
     NewBot,
     NewGame,
+    ReadyBody,
     ResignBody,
     SeqBody,
+    bot_message_schema,
 )
 from schemas.tournaments import TournamentSpec
 from services.gateway import appkeys, bots, games, imports, pages, sockets, tournaments
@@ -119,6 +122,10 @@ def metrics_app(main: web.Application) -> web.Application:
 
 async def openapi_document(request: web.Request) -> web.Response:
     return web.json_response(openapi())
+
+
+async def bot_messages_document(request: web.Request) -> web.Response:
+    return web.json_response(bot_message_schema())
 
 
 ROUTES: tuple[Route, ...] = (
@@ -226,6 +233,24 @@ ROUTES: tuple[Route, ...] = (
         "POST", "/api/bot/games/{id}/moves", bots.bot_move, "Answer a turn",
         body=BotMoveBody, params=(GAME_ID,), tag="bots", bearer=True,
         answers={200: (SeqBody, "accepted"), 401: REFUSED, 409: REFUSED, 422: REFUSED},
+    ),
+    Route(
+        "POST", "/api/bot/games/{id}/resign", bots.bot_resign,
+        "Resign the bot's seat in a game (no game offers draws by agreement)",
+        params=(GAME_ID,), tag="bots", bearer=True,
+        answers={200: (SeqBody, "accepted"), 401: REFUSED, 403: REFUSED, 404: REFUSED,
+                 409: REFUSED},
+    ),
+    Route(
+        "POST", "/api/bot/ready", bots.bot_ready,
+        "Answer a `prepare`: the bot's streams here are ready for the game type",
+        body=ReadyBody, tag="bots", bearer=True,
+        answers={200: (HeldBody, "the turns released"), 401: REFUSED, 422: REFUSED},
+    ),
+    Route(
+        "GET", "/api/bot/messages.json", bot_messages_document,
+        "JSON Schema of every message of a bot's stream (NDJSON) and socket, both ways",
+        tag="bots", answers={200: ("application/json", "JSON Schema 2020-12")},
     ),
     Route(
         "GET", "/ws/games/{id}", sockets.game_socket, "WebSocket: live events, and play",

@@ -30,7 +30,7 @@ from schemas.api import (
     SnapshotMessage,
     decode_client_message,
 )
-from schemas.replies import Rejected, Reply
+from schemas.replies import Accepted, Rejected, Reply
 from services.gateway import appkeys
 from services.gateway.games import game_or_404, human_command
 from services.gateway.http import UNAVAILABLE, ApiError, int_param, limited, summary
@@ -74,11 +74,12 @@ async def socket_loop(
     kind: str,
     decode: Callable[[str], BaseModel],
     feed: Callable[[web.WebSocketResponse], Coroutine[Any, Any, None]],
-    answer: Callable[[Any], Awaitable[Reply]],
+    answer: Callable[[Any], Awaitable[Reply | BaseModel | None]],
 ) -> web.WebSocketResponse:
     """The life of a socket of either kind: `feed` sends while each message from the
     client is decoded and answered in a task of its own (a ping with a ping; a command with
-    the engine's `reply`, so one slow game holds up no other), at most `IN_FLIGHT` at once;
+    the engine's `reply`, so one slow game holds up no other; another message with what
+    `answer` returns, or nothing when it returns None), at most `IN_FLIGHT` at once;
     a bad message gets an `error` and is dropped. A feed that fails closes the socket
     (1011) so the client reconnects with its last seq. Ends when the client goes or the
     gateway stops."""
@@ -94,14 +95,12 @@ async def socket_loop(
     handling: set[asyncio.Task[None]] = set()
 
     async def handle(text: str) -> None:
-        out: BaseModel
+        out: BaseModel | None
         try:
             message = decode(text)
-            out = (
-                message
-                if isinstance(message, PingMessage)
-                else reply_message(await answer(message))
-            )
+            out = message if isinstance(message, PingMessage) else await answer(message)
+            if isinstance(out, Accepted | Rejected):
+                out = reply_message(out)
         except ValidationError as exc:
             out = ErrorMessage(code="invalid_request", message=summary(exc))
         except ApiError as exc:
@@ -109,8 +108,9 @@ async def socket_loop(
         except Exception as exc:  # Redis away, a bug: an answer, not a stray traceback
             log.warning("socket message failed: %s", exc)
             out = ErrorMessage(code="unavailable", message=UNAVAILABLE)
-        with contextlib.suppress(ConnectionResetError):
-            await send(ws, out)
+        if out is not None:
+            with contextlib.suppress(ConnectionResetError):
+                await send(ws, out)
 
     try:
         async for msg in ws:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from schemas.codec import unpack_event
+from schemas.events import NO_RESULT_REASONS
 from services.bus.cache import LRU
 from services.bus.clients import LogEntry, QueryClient
 from services.projector.fold import GameFold, by_ply
@@ -123,7 +124,7 @@ def api_view(game: GameFold) -> dict[str, Any]:
         if result is None
         else {
             "winner": result["winner"] or None,
-            "draw": not result["winner"],
+            "draw": not result["winner"] and result["reason"] not in NO_RESULT_REASONS,
             "reason": result["reason"],
             "detail": result["detail"],
             "scores": result["scores"],

@@ -59,6 +59,8 @@ class GameFold:
     banks: list[int] = field(default_factory=list)
     #: per seat, the think time of each of its moves (ms), as the moves recorded it
     think: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))
+    #: per seat, the platform's lag before each of its turns reached it (ms; bots only)
+    lag: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))
 
     @classmethod
     def start(cls, ev: EventMap, *, replay: bool = True, keep_moves: bool = False) -> GameFold:
@@ -133,6 +135,7 @@ class GameFold:
                 if moves is not None:
                     moves.append(ev["move"])
                 think[ev["seat"] - 1].append(ev.get("think_ms", 0))
+                self.lag[ev["seat"] - 1].append(ev.get("lag_ms", 0))
                 if banked:
                     self._draw(ev)
                 last_move = ev
@@ -188,6 +191,7 @@ class GameFold:
         if self.keep_moves:
             self.moves.append(ev["move"])
         self.think[ev["seat"] - 1].append(ev.get("think_ms", 0))
+        self.lag[ev["seat"] - 1].append(ev.get("lag_ms", 0))
         if self.banks:
             self._draw(ev)
         self._moved(ev)

@@ -174,6 +174,8 @@ def result_record(game: GameFold) -> str:
         "ended": game.updated,
         "think_ms": list(game.think),
     }
+    if any(any(seat) for seat in game.lag):
+        record["lag_ms"] = list(game.lag)
     if "tournament" in created:
         record["tournament"] = created["tournament"]
     return dumps(record).decode()

@@ -79,6 +79,8 @@ class GameResult:
     ended_ms: int
     #: Per seat, each move's think time in ms.
     think_ms: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
+    #: Per seat, the platform's lag before each of its turns reached it, in ms (bots only).
+    lag_ms: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
     #: The encounter: the two games of a pair (seats swapped) share it; "" for none.
     pair: str = ""
     round: int = 0
@@ -313,6 +315,10 @@ class Health:
     #: Think-time quantiles (nearest rank) over every move it made; 0 with no moves.
     think_p50_ms: int
     think_p95_ms: int
+    #: The platform's lag before its turns reached it (p95, ms), and its games the platform
+    #: ended (`interrupted`: a turn it never delivered in time; replayed, not scored).
+    lag_p95_ms: int = 0
+    interrupted: int = 0
 
 
 def _nearest_rank(ordered: list[int], percent: int) -> int:
@@ -324,15 +330,20 @@ def _nearest_rank(ordered: list[int], percent: int) -> int:
 
 
 def health(results: Iterable[GameResult]) -> dict[str, Health]:
-    """Per player: games, moves, faults by kind and think-time quantiles."""
+    """Per player: games, moves, faults by kind, think-time quantiles, and what the platform
+    cost it: its lag before the player's turns reached it, the games it ended."""
     results = list(results)
     games: dict[str, int] = defaultdict(int)
     thinks: dict[str, list[int]] = defaultdict(list)
+    lags: dict[str, list[int]] = defaultdict(list)
+    interrupted: dict[str, int] = defaultdict(int)
     for result in results:
         for name in dict.fromkeys(result.players):
             games[name] += 1
+            interrupted[name] += result.reason == "interrupted"
         for seat in _SEATS:
             thinks[result.players[seat - 1]].extend(result.think_ms[seat - 1])
+            lags[result.players[seat - 1]].extend(result.lag_ms[seat - 1])
     by_reason = faults(results)
     table: dict[str, Health] = {}
     for name in sorted(games):
@@ -347,6 +358,8 @@ def health(results: Iterable[GameResult]) -> dict[str, Health]:
             disconnects=mine.get("disconnect", 0),
             think_p50_ms=_nearest_rank(ordered, 50),
             think_p95_ms=_nearest_rank(ordered, 95),
+            lag_p95_ms=_nearest_rank(sorted(lags[name]), 95),
+            interrupted=interrupted[name],
         )
     return table
 

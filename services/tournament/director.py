@@ -3,10 +3,13 @@
 Each pass, for each active tournament: fold its log, read the last event of each pending
 game's log, let the aggregate decide (results, replays, the next round, the end), append
 what it decided after the head it folded, then create scheduled games up to the
-tournament's concurrency. The director keeps nothing it cannot fold again: game ids are
-derived from the schedule and `CreateGame` is idempotent (its command id and game id are
-the schedule's), so killing it anywhere and starting it again loses, doubles and re-pairs
-nothing; two directors at once only race for appends, and the loser folds again.
+tournament's concurrency, and in clocked tournaments no more than admission control allows
+by the platform's measured lag (`services.bus.admission`), so that no game is spoiled by a
+platform that took on more than it serves within the clocks. The director keeps nothing it
+cannot fold again: game ids are derived from the schedule and `CreateGame` is idempotent
+(its command id and game id are the schedule's), so killing it anywhere and starting it
+again loses, doubles and re-pairs nothing; two directors at once only race for appends,
+and the loser folds again.
 A cancelled tournament's games still going are aborted by the operator (`aborted`).
 
 Any number of directors may run (`agon director`): each beats like a consumer
@@ -32,7 +35,8 @@ from schemas.codec import FIELD_BYTES, unpack
 from schemas.commands import Abort, CreateGame, SeatSpec
 from schemas.tokens import admin_token
 from schemas.tournaments import TournamentEnded
-from services.bus.clients import CommandClient
+from services.bus.admission import Admission, PlatformLag, platform_lag
+from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import TRANSIENT_ERRORS, Client
 from services.bus.consumer import (
     DEAD_AFTER_MS,
@@ -80,6 +84,9 @@ class Director:
         self.events_appended = 0
         #: each tournament as folded so far: a pass reads only the events after it
         self._folds: dict[str, Tournament] = {}
+        #: each tournament's admission control, and the platform's lag read once a pass
+        self._admission: dict[str, Admission] = {}
+        self._lag = PlatformLag()
 
     async def setup(self) -> None:
         if not self.secret:
@@ -140,6 +147,8 @@ class Director:
             ids = await self.store.ids(active=True)
             if ids:
                 ids = share(ids, await self._peers(), self.name)
+        if ids:
+            self._lag = platform_lag(await QueryClient(self.redis, self.keys).processes())
         done = 0
         for tid in ids:
             done += await self.advance(tid)
@@ -171,6 +180,7 @@ class Director:
             return 0
         if t.ended is not None:
             self._folds.pop(t.id, None)
+            self._admission.pop(t.id, None)
             return await self._wind_up(t)
         head = t.seq
         last = await self._started(t)
@@ -214,7 +224,11 @@ class Director:
         spec = t.spec
         pending = t.pending()
         going = sum(1 for g in pending if g.game_id in existing)
-        todo = [g for g in pending if g.game_id not in existing][: max(0, spec.concurrency - going)]
+        admission = self._admission.get(t.id)
+        if admission is None:
+            admission = self._admission[t.id] = Admission(spec.move_time_ms, spec.concurrency)
+        admission.observe(self._lag)
+        todo = [g for g in pending if g.game_id not in existing][: admission.room(going)]
         commands = [
             CreateGame(
                 command_id=f"tour:{g.game_id}",

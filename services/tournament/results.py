@@ -39,7 +39,7 @@ def parse_record(data: bytes, pairs: dict[str, tuple[str, int]] | None = None) -
     game's encounter and round, from the tournament's log."""
     r = json.loads(data)
     pair, rnd = (pairs or {}).get(r["game_id"], ("", 0))
-    think = r["think_ms"]
+    think, lag = r["think_ms"], r.get("lag_ms", ([], []))
     return GameResult(
         game_id=r["game_id"],
         game=r["game"],
@@ -49,6 +49,7 @@ def parse_record(data: bytes, pairs: dict[str, tuple[str, int]] | None = None) -
         reason=r["reason"],
         ended_ms=r["ended"],
         think_ms=(tuple(think[0]), tuple(think[1])),
+        lag_ms=(tuple(lag[0]), tuple(lag[1])),
         pair=pair,
         round=rnd,
         fault=r.get("fault", 0),

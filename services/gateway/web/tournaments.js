@@ -546,11 +546,19 @@ class TournamentPage {
         num(b.illegal_moves, { class: `num${b.illegal_moves ? " bad" : ""}` }),
         num(b.no_replies, { class: `num${b.no_replies ? " bad" : ""}` }),
         num(b.disconnects, { class: `num${b.disconnects ? " bad" : ""}` }),
-        num(b.think_p50_ms), num(b.think_p95_ms)));
+        num(b.think_p50_ms), num(b.think_p95_ms),
+        num(b.lag_p95_ms), num(b.interrupted, { class: `num${b.interrupted ? " bad" : ""}` })));
     const head = ["Bot", "Games", "Moves", "Timeouts", "Illegal", "No reply", "Disconnects",
       h("th", { scope: "col" }, h("abbr", { title: "Median think time, ms" }, "p50 ms")),
-      h("th", { scope: "col" }, h("abbr", { title: "95th percentile think time, ms" }, "p95 ms"))];
-    return table("health", "Each bot's games, moves, faults and think times", head, rows,
+      h("th", { scope: "col" }, h("abbr", { title: "95th percentile think time, ms" }, "p95 ms")),
+      h("th", { scope: "col" }, h("abbr", {
+        title: "The platform's lag before the bot's turns reached it (95th percentile, ms):"
+          + " not counted on the bot's clock" }, "Lag ms")),
+      h("th", { scope: "col" }, h("abbr", {
+        title: "Games the platform ended (a turn it did not deliver in time): replayed,"
+          + " not scored" }, "Platform"))];
+    return table("health", "Each bot's games, moves, faults, think times and the platform's lag",
+      head, rows,
       { cls: "health", empty: "No finished games yet." });
   }
 
