@@ -68,8 +68,8 @@ from schemas.commands import CreateGame, PlayMove, SeatPlayer, SeatSpec
 from schemas.replies import Accepted
 from services.bus.clients import CommandClient
 from services.bus.connection import Client, connect, scan_keys
-from services.bus.consumer import as_text
 from services.bus.keys import Keys
+from services.bus.text import as_text
 from services.redis_embedded import free_port, redis_url_or_embedded
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -76,10 +76,11 @@ from schemas.codec import FIELD_BYTES, unpack
 from schemas.commands import CreateGame, SeatSpec
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import Client, RedisUnavailable, connect, is_cluster
-from services.bus.consumer import as_text, id_ms, now_ms, trim_acknowledged
-from services.bus.keys import ENGINE_GROUP, WORKERS_GROUP, Keys
+from services.bus.consumer import trim_acknowledged
+from services.bus.keys import ENGINE_GROUP, FEED_GROUPS, WORKERS_GROUP, Keys
+from services.bus.presence import group_rows, group_totals
+from services.bus.text import as_text, id_ms, now_ms
 from services.options import UsageError, game_options_or_usage
-from services.projector.live import FEED_GROUPS
 from services.redis_embedded import (
     RedisServerError,
     _die_with_parent,
@@ -404,20 +405,9 @@ def group_streams(keys: Keys) -> list[tuple[str, tuple[str, ...]]]:
 
 
 async def group_lag(redis: Client, keys: Keys) -> dict[str, tuple[int, int]]:
-    """(lag, pending) per group, summed over its streams (an unknown lag counts as 0)."""
-    pipe = redis.pipeline(transaction=False)
-    for stream, _ in group_streams(keys):
-        pipe.xinfo_groups(stream)
-    out = dict.fromkeys(GROUPS, (0, 0))
-    for groups in await pipe.execute(raise_on_error=False):
-        if isinstance(groups, Exception):
-            continue  # a stream not there yet
-        for g in groups:
-            name = as_text(g["name"])
-            if name in out:
-                lag, pending = out[name]
-                out[name] = (lag + int(g.get("lag") or 0), pending + int(g["pending"]))
-    return out
+    """(lag, pending) of each of `GROUPS`, summed over its streams."""
+    totals = group_totals(await group_rows(redis, [s for s, _ in group_streams(keys)]))
+    return {g: totals.get(g, (0, 0)) for g in GROUPS}
 
 
 async def settle(redis: Client, keys: Keys, *, bots_paused: bool = False) -> bool:

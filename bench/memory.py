@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from services.bus.connection import Client, connect
-from services.bus.consumer import as_text
 from services.bus.keys import Keys
+from services.bus.text import as_text
 from services.redis_embedded import EmbeddedRedis
 from services.runtime import ServiceSet, selfplay
 

@@ -25,7 +25,7 @@ from collections.abc import Hashable
 
 from bots.base import TurnContext, register_bot
 from bots.clock import Clock, thinking
-from bots.evaluation import WIN, evaluate, position_key
+from bots.evaluation import WIN, Knowledge, knowledge_of
 from engine import State
 
 #: seconds to think on a turn without a deadline
@@ -43,16 +43,18 @@ class _OutOfTime(Exception):
 
 
 class _Search:
-    """One turn's search: the clock, the transposition table and the history counts."""
+    """One turn's search: the game's knowledge, the clock, the transposition table and the
+    history counts."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, knowledge: Knowledge, clock: Clock) -> None:
+        self.knowledge = knowledge
         self.clock = clock
         #: position -> (depth, EXACT/LOWER/UPPER, value, best action)
         self.table: dict[Hashable, tuple[int, int, float, int]] = {}
         self.history: dict[int, int] = {}
 
     def best_action(self, state: State) -> int | None:
-        entry = self.table.get(position_key(state))
+        entry = self.table.get(self.knowledge.position_key(state))
         return entry[3] if entry is not None else None
 
     def negamax(
@@ -63,8 +65,8 @@ class _Search:
         if self.clock.expired():
             raise _OutOfTime
         if depth == 0 or state.is_terminal:
-            return evaluate(state, state.current_player)
-        key = position_key(state)
+            return self.knowledge.evaluate(state, state.current_player)
+        key = self.knowledge.position_key(state)
         entry = self.table.get(key)
         first = -1
         if entry is not None:
@@ -122,7 +124,9 @@ class AlphaBetaBot:
         best = actions[0]
         if len(actions) > 1:
             with thinking():
-                best = self.search(state, actions, _Search(Clock(context, self.budget_s)))
+                clock = Clock(context, self.budget_s)  # a first turn's tables count against it
+                search = _Search(knowledge_of(state.game), clock)
+                best = self.search(state, actions, search)
         return str(state.game.move_of(best))
 
     def search(self, state: State, actions: list[int], search: _Search) -> int:

@@ -19,14 +19,19 @@ its own measure, built once per game (its tables come from the engine's own boar
   worth what a stone there adds to shapes of either colour, to build them or to block them,
   and in Hexade, before that, what it captures.
 
-`scale` says how many units make a clear edge in a game: MCTS turns `value / scale` into a
-probability where it cuts a playout short.
+All a bot knows of one game is one `Knowledge`, built once per game and option set by
+`knowledge_of` from one registry (`_BUILDERS`, keyed by game name): the evaluation and its
+`scale` (how many units make a clear edge: MCTS turns `value / scale` into a probability),
+where MCTS cuts a playout short (`cutoff`), what a search's leaf counts besides (Hexade's
+forks), how to rank moves before they are played, and a cheap key for positions that come
+back. The bots look it up once per turn and hand it to their search, which names no game.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 from numpy.typing import NDArray
@@ -48,27 +53,70 @@ THREAT = WIN / 100
 FORK = THREAT / 4
 
 Value = Callable[[State, int], float]
+#: per action, how promising it looks before it is played
+Priorities = Callable[[State, list[int]], list[float]]
+#: a key equal for equal positions
+Key = Callable[[State], Hashable]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Knowledge:
+    """What the bots know of one game (with its options); `knowledge_of` builds it once.
+
+    A search takes one and asks it, never the game's name or its state's class: so a game
+    gets its aids here, in its builder, and a search works for any game (with fewer aids).
+    """
+
+    #: the evaluation of a game that goes on, positive when `colour` stands better
+    value: Value
+    #: evaluation units that make a clear edge (see the module's note)
+    scale: float
+    #: plies after which an MCTS playout is cut short and evaluated (None: played out);
+    #: where playouts are slow or say little
+    cutoff: int | None = None
+    #: the evaluation at a search's leaf, where it counts more than `value` (`leaf_value`)
+    leaf: Value | None = None
+    #: per action, how promising it looks before it is played (`move_priorities`)
+    priorities: Priorities | None = None
+    #: a cheap key for the positions of games where they come back (`position_key`)
+    key: Key | None = None
+
+    def evaluate(self, state: State, colour: int) -> float:
+        """How good `state` is for `colour` (1 or 2): positive is better."""
+        if state.is_terminal:
+            return terminal_value(state, colour)
+        return self.value(state, colour)
+
+    def leaf_value(self, state: State, colour: int) -> float:
+        """`evaluate` as a search's leaf sees it: in Hexade a fork counts too (`fork_value`).
+
+        A search looks a few plies deep at most, and a fork comes a ply before the two
+        threats the evaluation sees: a search that only evaluates lets the greedy bot, which
+        looks for two threats a ply ahead, set one up on the move after next.
+        """
+        if state.is_terminal or self.leaf is None:
+            return self.evaluate(state, colour)
+        return self.leaf(state, colour)
+
+    def position_key(self, state: State) -> Hashable:
+        """A key equal for equal positions, for transposition tables.
+
+        Teeko and Hexade have a cheap one (`key`); any other game is keyed by its snapshot,
+        which is slower but exact (and, holding the ply, never equal for a repeated position).
+        """
+        if self.key is not None:
+            return self.key(state)
+        return repr(sorted(state.to_dict().items()))
 
 
 def evaluate(state: State, colour: int) -> float:
     """How good `state` is for `colour` (1 or 2): positive is better."""
-    if state.is_terminal:
-        return terminal_value(state, colour)
-    return value_function(state.game)(state, colour)
+    return knowledge_of(state.game).evaluate(state, colour)
 
 
 def leaf_value(state: State, colour: int) -> float:
-    """`evaluate` as a search's leaf sees it: in Hexade a fork counts too (`fork_value`).
-
-    A search looks a few plies deep at most, and a fork comes a ply before the two threats
-    the evaluation sees: a search that only evaluates lets the greedy bot, which looks for
-    two threats a ply ahead, set one up on the move after next.
-    """
-    shapes = value_function(state.game)
-    if isinstance(state, HexadeState) and not state.is_terminal:
-        assert isinstance(shapes, ShapeValue)
-        return shapes(state, colour, forks=True)
-    return evaluate(state, colour)
+    """`evaluate` as a search's leaf sees it (`Knowledge.leaf_value`)."""
+    return knowledge_of(state.game).leaf_value(state, colour)
 
 
 def move_priorities(state: State, actions: list[int]) -> list[float] | None:
@@ -77,8 +125,8 @@ def move_priorities(state: State, actions: list[int]) -> list[float] | None:
     Teeko and Hexade rank moves by their cell's worth to either colour's shapes (attack
     and defence alike); other games have no such measure and return None.
     """
-    value = value_function(state.game)
-    return value.priorities(state, actions) if isinstance(value, ShapeValue) else None
+    priorities = knowledge_of(state.game).priorities
+    return priorities(state, actions) if priorities is not None else None
 
 
 def terminal_value(state: State, colour: int) -> float:
@@ -93,39 +141,9 @@ def terminal_value(state: State, colour: int) -> float:
     return sign * (WIN - state.ply) + margin
 
 
-def scale(game: Game) -> float:
-    """Evaluation units that make a clear edge in `game` (see the module's note)."""
-    return _SCALES[game.name]
-
-
 def colour_of_seat(state: State, seat: int) -> int:
     """The colour `seat` holds in `state` (they differ only after a Hexade swap)."""
     return 1 if state.seat_of(1) == seat else 2
-
-
-def position_key(state: State) -> Hashable:
-    """A key equal for equal positions, for transposition tables.
-
-    Teeko and Hexade have a cheap one (`cheap_key`); any other game is keyed by its snapshot,
-    which is slower but exact (and, holding the ply, never equal for a repeated position).
-    """
-    key = cheap_key(state)
-    return key if key is not None else repr(sorted(state.to_dict().items()))
-
-
-def cheap_key(state: State) -> Hashable | None:
-    """A key from bitboards for the games that have them, else None.
-
-    Teeko's bitboards and mover are its whole position (hands follow from the markers on
-    the board). Hexade also needs whether the seats swapped, and whether the swap is still
-    to come (only at ply 1). These are the games where a position comes back: markers
-    step to and fro, and stones are captured and put back.
-    """
-    if isinstance(state, TeekoState):
-        return (state.bits[1], state.bits[2], state.mover)
-    if isinstance(state, HexadeState):
-        return (state.bits[1], state.bits[2], state.mover, state.swapped, state.ply == 1)
-    return None
 
 
 # -- Supply Chains and Supplier Sabotage ---------------------------------------------------
@@ -359,7 +377,7 @@ def _shape_value(
     return ShapeValue(tuple(ordered), cells, weights, gain, near, centrality, steps)
 
 
-def _teeko_value(game: Game) -> Value:
+def _teeko_shapes(game: Game) -> ShapeValue:
     board = game.board
     return _shape_value(
         [
@@ -371,7 +389,7 @@ def _teeko_value(game: Game) -> Value:
     )
 
 
-def _hexade_value(game: Game) -> Value:
+def _hexade_shapes(game: Game) -> ShapeValue:
     board = game.board
     walks = (RING_WALK, *TRIANGLE_WALKS)
     return _shape_value(
@@ -382,37 +400,75 @@ def _hexade_value(game: Game) -> Value:
     )
 
 
+def _teeko_key(state: State) -> Hashable:
+    """Teeko's bitboards and mover are its whole position (hands follow from the markers on
+    the board); markers step to and fro, so positions come back."""
+    assert isinstance(state, TeekoState)
+    return (state.bits[1], state.bits[2], state.mover)
+
+
+def _hexade_key(state: State) -> Hashable:
+    """Hexade's bitboards and mover, whether the seats swapped and whether the swap is still
+    to come (only at ply 1); stones are captured and put back, so positions come back."""
+    assert isinstance(state, HexadeState)
+    return (state.bits[1], state.bits[2], state.mover, state.swapped, state.ply == 1)
+
+
 # -- the registry ------------------------------------------------------------------------------
 
-_BUILDERS: dict[str, Callable[[Game], Value]] = {
-    "supply-chains": lambda game: chains_value,
-    "supplier-sabotage": lambda game: chains_value,
-    "overflow": lambda game: overflow_value,
-    "teeko": _teeko_value,
-    "hexade": _hexade_value,
+
+def _chains(game: Game) -> Knowledge:
+    return Knowledge(chains_value, scale=2 * WAREHOUSE)
+
+
+def _overflow(game: Game) -> Knowledge:
+    return Knowledge(overflow_value, scale=2 * HOUSE, cutoff=0)
+
+
+def _teeko(game: Game) -> Knowledge:
+    shapes = _teeko_shapes(game)
+    return Knowledge(shapes, scale=30.0, cutoff=0, priorities=shapes.priorities, key=_teeko_key)
+
+
+def _hexade(game: Game) -> Knowledge:
+    shapes = _hexade_shapes(game)
+    return Knowledge(
+        shapes,
+        scale=200.0,
+        cutoff=0,
+        leaf=partial(shapes, forks=True),
+        priorities=shapes.priorities,
+        key=_hexade_key,
+    )
+
+
+#: per game name, what builds its `Knowledge` from the game (its options chosen)
+_BUILDERS: dict[str, Callable[[Game], Knowledge]] = {
+    "supply-chains": _chains,
+    "supplier-sabotage": _chains,
+    "overflow": _overflow,
+    "teeko": _teeko,
+    "hexade": _hexade,
 }
 
-_SCALES = {
-    "supply-chains": 2 * WAREHOUSE,
-    "supplier-sabotage": 2 * WAREHOUSE,
-    "overflow": 2 * HOUSE,
-    "teeko": 30.0,
-    "hexade": 200.0,
-}
+#: by game name and options, each `Knowledge` built so far
+_BUILT: dict[tuple[str, tuple[tuple[str, str], ...]], Knowledge] = {}
 
 
-_VALUES: dict[tuple[str, tuple[tuple[str, str], ...]], Value] = {}
-
-
-def value_function(game: Game) -> Value:
-    """The evaluation of a game that goes on, for `game`'s name and options (built once)."""
+def knowledge_of(game: Game) -> Knowledge:
+    """What the bots know of `game`, for its name and options (built once)."""
     key = (game.name, tuple(sorted(game.options.items())))
-    found = _VALUES.get(key)
+    found = _BUILT.get(key)
     if found is None:
         try:
             builder = _BUILDERS[game.name]
         except KeyError:
             known = ", ".join(_BUILDERS)
-            raise ValueError(f"no evaluation for game {game.name!r}; known: {known}") from None
-        found = _VALUES[key] = builder(game)
+            raise ValueError(f"no knowledge for game {game.name!r}; known: {known}") from None
+        found = _BUILT[key] = builder(game)
     return found
+
+
+def value_function(game: Game) -> Value:
+    """The evaluation of a game that goes on, for `game`'s name and options (built once)."""
+    return knowledge_of(game).value

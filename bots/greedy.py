@@ -13,7 +13,7 @@ import random
 
 from bots.base import TurnContext, register_bot
 from bots.clock import Clock, thinking
-from bots.evaluation import colour_of_seat, evaluate
+from bots.evaluation import colour_of_seat, knowledge_of
 from engine import State
 
 #: seconds to think on a turn without a deadline; one ply rarely needs more than a tenth
@@ -33,6 +33,7 @@ class GreedyBot:
             raise ValueError(f"no legal move in game {context.game_id} at seq {context.seq}")
         random.Random(f"{self.name}:{context.game_id}:{context.seq}").shuffle(actions)
         seat = state.seat_to_move
+        evaluate = knowledge_of(state.game).evaluate
         best, best_value = actions[0], float("-inf")
         with thinking():
             for action in actions:

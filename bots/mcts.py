@@ -14,19 +14,21 @@ in a row, as in Supply Chains, is simply credited twice). Three exact rules help
   rules let Teeko's markers step to and fro and Hexade's stones be captured and put back
   for ever, which ends, if at all, at the move limit (a draw).
 
-And game-specific aids from `bots.evaluation`, where plain UCT cannot keep up:
+And game-specific aids, where plain UCT cannot keep up: the search is handed the game's
+`Knowledge` (`bots.evaluation`) and names no game itself, as OpenSpiel's MCTS is handed an
+evaluator.
 
-- Where playouts are slow or say little (`CUTOFF`: Overflow, Teeko, Hexade), a playout
-  stops after that many plies (for these three: at once) and the position is judged by
-  the greedy bot's evaluation instead, squashed into (0, 1) by a logistic of
+- Where playouts are slow or say little (`Knowledge.cutoff`: Overflow, Teeko, Hexade), a
+  playout stops after that many plies (for these three: at once) and the position is judged
+  by the greedy bot's evaluation instead, squashed into (0, 1) by a logistic of
   `value / scale`. In short matches against greedy this did better than full playouts.
   In Hexade the leaf also counts a fork for the side to move (`leaf_value`): greedy, one
   ply deep, sets up two threats at once, and a search that sees threats only once they
   stand lost a fifth of its games to it.
-- Where moves can be ranked before they are played (Teeko, Hexade: `move_priorities`), a
-  node tries its moves best first and only as many as its visits allow (progressive
-  widening: about 1 + sqrt(visits)), so that 169 Hexade cells do not each cost an iteration
-  before the search can look at a reply.
+- Where moves can be ranked before they are played (Teeko, Hexade: `priorities`), a node
+  tries its moves best first and only as many as its visits allow (progressive widening:
+  about 1 + sqrt(visits)), so that 169 Hexade cells do not each cost an iteration before
+  the search can look at a reply.
 
 It is seeded from (game id, seq) like the other built-in bots: untried moves are shuffled
 (or ranked with ties broken) by the generator the playouts use, so a given number of
@@ -50,7 +52,7 @@ from collections.abc import Hashable
 
 from bots.base import TurnContext, register_bot
 from bots.clock import Clock, pause_collector, resume_collector, thinking
-from bots.evaluation import cheap_key, colour_of_seat, leaf_value, move_priorities, scale
+from bots.evaluation import Knowledge, colour_of_seat, knowledge_of
 from engine import State
 
 #: seconds to think on a turn without a deadline
@@ -59,20 +61,19 @@ BUDGET_S = 1.0
 EXPLORATION = 1.0
 #: how long a finished tree is kept before it is freed, so that the move goes out first
 DISPOSE_AFTER_S = 0.02
-#: per game, plies after which a playout is cut short and evaluated (absent: played out)
-CUTOFF: dict[str, int] = {"overflow": 0, "hexade": 0, "teeko": 0}
 
 
 class _Node:
     """A position in the tree, reached by `action` from its parent (played by `seat`).
 
     `untried` holds the moves not yet expanded, the next one last; `widen` limits how many
-    may be expanded by the node's visits. `key` is the position's `cheap_key` (None where
-    the game has none); a node whose position repeats one on its path is a `repetition`,
-    scored as a draw and never grown. `decisive` is a child that wins the game at once for
-    the seat to move here, which that seat will surely play. A node holds no link to its
-    parent (an iteration keeps its path): without cycles a tree is freed the moment it is
-    dropped, not by the cyclic collector at some later turn's expense.
+    may be expanded by the node's visits. `key` is the position's cheap key
+    (`Knowledge.key`; None where the game has none); a node whose position repeats one on
+    its path is a `repetition`, scored as a draw and never grown. `decisive` is a child that
+    wins the game at once for the seat to move here, which that seat will surely play. A
+    node holds no link to its parent (an iteration keeps its path): without cycles a tree is
+    freed the moment it is dropped, not by the cyclic collector at some later turn's
+    expense.
     """
 
     __slots__ = (
@@ -118,6 +119,7 @@ class MctsBot:
         exploration: float = EXPLORATION,
         cutoff: int | None = None,
     ) -> None:
+        """`cutoff`, when given, replaces the game's own (`Knowledge.cutoff`)."""
         self.iterations = iterations
         self.budget_s = budget_s
         self.exploration = exploration
@@ -131,7 +133,8 @@ class MctsBot:
             return str(state.game.move_of(actions[0]))
         rng = random.Random(f"{self.name}:{context.game_id}:{context.seq}")
         with thinking():
-            root = self.search(state, rng, Clock(context, self.budget_s))
+            clock = Clock(context, self.budget_s)  # a first turn's tables count against it
+            root = self.search(state, knowledge_of(state.game), rng, clock)
             best = root.decisive or max(
                 root.children, key=lambda c: (c.visits, c.reward), default=None
             )
@@ -142,14 +145,15 @@ class MctsBot:
             del root
         return str(state.game.move_of(action))
 
-    def search(self, state: State, rng: random.Random, clock: Clock) -> _Node:
-        """Grow a tree from `state` until the clock or the iteration cap stops it.
+    def search(self, state: State, knowledge: Knowledge, rng: random.Random, clock: Clock) -> _Node:
+        """Grow a tree from `state` until the clock or the iteration cap stops it, with the
+        game's `knowledge` for its aids.
 
         The clock is read before every iteration: one iteration costs well under a
         millisecond, a Hexade expansion (ranking its moves) a few.
         """
-        root = self._node([], -1, 0, state, rng)
-        cutoff = self.cutoff if self.cutoff is not None else CUTOFF.get(state.game.name)
+        root = self._node([], -1, 0, state, knowledge, rng)
+        cutoff = self.cutoff if self.cutoff is not None else knowledge.cutoff
         c = self.exploration
         done = 0
         while self.iterations is None or done < self.iterations:
@@ -175,7 +179,7 @@ class MctsBot:
                 action = node.untried.pop()
                 seat = position.seat_to_move
                 position.apply_action(action)
-                child = self._node(path, action, seat, position, rng)
+                child = self._node(path, action, seat, position, knowledge, rng)
                 node.children.append(child)
                 outcome = position.outcome()
                 winner = outcome.winner if outcome is not None else 0
@@ -184,7 +188,7 @@ class MctsBot:
                 node = child
                 path.append(child)
             # Playout and backpropagation: the result for seat 1; seat 2 gets the rest.
-            first = 0.5 if node.repetition else self._playout(position, rng, cutoff)
+            first = 0.5 if node.repetition else self._playout(position, knowledge, rng, cutoff)
             for walk in path:
                 walk.visits += 1
                 walk.reward += first if walk.seat == 1 else 1.0 - first
@@ -192,7 +196,14 @@ class MctsBot:
         return root
 
     @staticmethod
-    def _node(path: list[_Node], action: int, seat: int, state: State, rng: random.Random) -> _Node:
+    def _node(
+        path: list[_Node],
+        action: int,
+        seat: int,
+        state: State,
+        knowledge: Knowledge,
+        rng: random.Random,
+    ) -> _Node:
         """A new node for `state`, below the nodes of `path` (root first): its moves, ranked
         where the game can rank them.
 
@@ -200,13 +211,14 @@ class MctsBot:
         the rules have nothing against repetition, so going round ends, if ever, at the
         move limit, which is a draw (unless a player turns aside, which the search sees).
         """
-        key = cheap_key(state)
+        key = knowledge.key(state) if knowledge.key is not None else None
         if key is not None and any(walk.key == key for walk in path):
             node = _Node(action, seat, [], widen=False)
             node.repetition = True
             return node
         actions = state.legal_actions()
-        priorities = move_priorities(state, actions) if len(actions) > 1 else None
+        rank = knowledge.priorities
+        priorities = rank(state, actions) if rank is not None and len(actions) > 1 else None
         if priorities is None:
             # A pass, which can end the game at once (all passed), is tried first.
             passing = bool(actions) and state.game.move_of(actions[-1]).kind == "pass"
@@ -223,7 +235,9 @@ class MctsBot:
         return node
 
     @staticmethod
-    def _playout(state: State, rng: random.Random, cutoff: int | None) -> float:
+    def _playout(
+        state: State, knowledge: Knowledge, rng: random.Random, cutoff: int | None
+    ) -> float:
         """Random moves to the end (or `cutoff` plies): the result for seat 1 in [0, 1]."""
         draw = rng.random
         plies = 0
@@ -234,7 +248,7 @@ class MctsBot:
             state.apply_action(actions[int(draw() * len(actions))])
             plies += 1
         if not state.is_terminal:
-            value = leaf_value(state, colour_of_seat(state, 1)) / scale(state.game)
+            value = knowledge.leaf_value(state, colour_of_seat(state, 1)) / knowledge.scale
             return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, value))))
         outcome = state.outcome()
         assert outcome is not None

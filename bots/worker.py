@@ -27,7 +27,7 @@ import asyncio
 import concurrent.futures
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from bots.base import Bot, TurnContext, load_bot
 from bots.clock import OVERHEAD, take_planned_stop_ms
@@ -38,10 +38,11 @@ from schemas.commands import PlayMove
 from schemas.turns import TurnRequest
 from services.bus.clients import CommandClient
 from services.bus.connection import Client
-from services.bus.consumer import Entry, StreamConsumer, now_ms
+from services.bus.consumer import ConsumerOptions, ConsumerSettings, Entry, StreamConsumer
 from services.bus.delivery import Deliveries
 from services.bus.keys import WORKERS_GROUP, Keys
 from services.bus.secret import clock_signing_key
+from services.bus.text import now_ms
 
 log = logging.getLogger("agon.bots")
 
@@ -50,6 +51,7 @@ class BotWorker(StreamConsumer):
     """Serves one bot's inbox: `run` until stopped, or `drain` what is there."""
 
     trim_groups = (WORKERS_GROUP,)
+    defaults = ConsumerSettings(batch=200, cache_size=10_000)
 
     def __init__(
         self,
@@ -57,37 +59,22 @@ class BotWorker(StreamConsumer):
         bot: Bot | str,
         keys: Keys | None = None,
         *,
-        consumer: str | None = None,
-        batch: int = 200,
-        block_ms: int = 1000,
-        claim_idle_ms: int = 30_000,
         clock: Callable[[], int] = now_ms,
-        cache_size: int = 10_000,
-        replicas: int = 0,
-        replica_timeout_ms: int = 1000,
         clock_key: bytes | None = None,
+        settings: ConsumerSettings | None = None,
+        **options: Unpack[ConsumerOptions],
     ) -> None:
         self.bot = load_bot(bot) if isinstance(bot, str) else bot
         keys = keys or Keys()
         self.role = f"bot-{self.bot.name}"
-        self.join(
-            redis,
-            keys,
-            [keys.bot_turns(self.bot.name)],
-            WORKERS_GROUP,
-            consumer,
-            batch=batch,
-            block_ms=block_ms,
-            claim_idle_ms=claim_idle_ms,
-        )
+        inbox = [keys.bot_turns(self.bot.name)]
+        self.join(redis, keys, inbox, WORKERS_GROUP, settings, **options)
         self.commands = CommandClient(redis, keys)
         self.clock = clock
-        self.replicas = replicas
-        self.replica_timeout_ms = replica_timeout_ms
         self.moves_sent = 0
         self.stale = 0
         self.failed = 0
-        self._positions = Positions(cache_size)
+        self._positions = Positions(self.settings.cache_size)
         #: Starts the turns' clocks; without `clock_key`, `setup` finds the deployment's.
         self.deliveries = Deliveries(redis, keys, clock_key, clock) if clock_key else None
 

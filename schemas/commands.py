@@ -145,7 +145,7 @@ MAX_IMPORT_EVENTS = 5000
 
 
 class ImportGame(_Command):
-    """Create game `game_id` from a finished game's exported log (`services.export`).
+    """Create game `game_id` from a finished game's exported log (`services.gamelog.export`).
 
     `events` are the exported event maps, keys as stored, in seq order. The engine checks
     them as a hash chain and replays them move for move; it appends them re-keyed to

@@ -2,7 +2,7 @@
 
 An archive is a directory (any one a user mounts). A game's log goes to
 `<dir>/<rules>/<YYYY-MM of its end>/<game id>.jsonl.gz`: the JSONL export of
-`services.export` (the hash-chained log as stored, what `GET /api/games/{id}/export` serves
+`services.gamelog.export` (the hash-chained log as stored, what `GET /api/games/{id}/export` serves
 and `agon verify-export` checks), gzip-compressed with no time in the header, so one log
 always makes the same bytes. `<dir>/index.jsonl` lists the archived games, one JSON line
 each (id, rules, options, seats, status, result, reason, created, ended, path, the file's
@@ -63,11 +63,11 @@ from schemas.base import BOT_NAME_RE
 from schemas.codec import DecodeError, unpack, unpack_event
 from services.bus.clients import LogEntry, QueryClient, log_entries
 from services.bus.connection import Client
-from services.bus.consumer import as_text
 from services.bus.keys import Keys
 from services.bus.scripts import Script
-from services.export import ExportError, export_jsonl, log_problems, read_jsonl
-from services.projector.fold import GameFold, fold
+from services.bus.text import as_text
+from services.gamelog.export import ExportError, export_jsonl, log_problems, read_jsonl
+from services.gamelog.fold import GameFold, fold
 from services.projector.rebuild import rebuild_write
 from services.projector.registry import (
     KEPT_WHEN_ARCHIVED,

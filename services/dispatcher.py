@@ -43,7 +43,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from schemas.codec import FIELD, DecodeError, encode, event_hash, unpack, unpack_event
 from schemas.commands import Abort, ClaimTimeout
@@ -61,19 +61,14 @@ from services.bus import outages
 from services.bus.cache import LRU
 from services.bus.clients import QueryClient, log_entries
 from services.bus.connection import Client, is_cluster
-from services.bus.consumer import (
-    Entry,
-    StreamConsumer,
-    as_text,
-    now_ms,
-)
+from services.bus.consumer import ConsumerOptions, ConsumerSettings, Entry, StreamConsumer
 from services.bus.delivery import HELD, TOOK
-from services.bus.keys import DISPATCHER_GROUP, Keys
+from services.bus.keys import DISPATCHER_GROUP, FEED_GROUPS, Keys
 from services.bus.scripts import Command, Script, confirmed, run_replicated
 from services.bus.secret import shared_secret
 from services.bus.stuck import abandoned_games, stuck_games
-from services.projector.fold import GameFold
-from services.projector.live import FEED_GROUPS
+from services.bus.text import as_text, now_ms
+from services.gamelog.fold import GameFold
 
 log = logging.getLogger("agon.dispatcher")
 
@@ -134,31 +129,19 @@ class Dispatcher(StreamConsumer):
         redis: Client,
         keys: Keys | None = None,
         *,
-        consumer: str | None = None,
         secret: bytes | None = None,
-        batch: int = 1000,
-        block_ms: int = 1000,
-        claim_idle_ms: int = 30_000,
         clock_every_s: float = 0.1,
         clock: Callable[[], int] = now_ms,
-        cache_size: int = 20_000,
         unserved_ms: int = UNSERVED_MS,
         abandon_ms: int = ABANDON_MS,
-        replicas: int = 0,
-        replica_timeout_ms: int = 1000,
+        settings: ConsumerSettings | None = None,
+        **options: Unpack[ConsumerOptions],
     ) -> None:
         keys = keys or Keys()
-        self.join(
-            redis,
-            keys,
-            [keys.feed(p) for p in keys.all_partitions()],
-            DISPATCHER_GROUP,
-            consumer,
-            batch=batch,
-            # Wake at least once per clock sweep, even when the feeds are quiet.
-            block_ms=min(block_ms, int(clock_every_s * 1000)) or 1,
-            claim_idle_ms=claim_idle_ms,
-        )
+        feeds = [keys.feed(p) for p in keys.all_partitions()]
+        self.join(redis, keys, feeds, DISPATCHER_GROUP, settings, **options)
+        # Wake at least once per clock sweep, even when the feeds are quiet.
+        self.block_ms = min(self.block_ms, int(clock_every_s * 1000)) or 1
         #: the server secret, given or (at `setup`) shared through Redis
         self.secret = secret or b""
         self.clock_every_s = clock_every_s
@@ -166,13 +149,12 @@ class Dispatcher(StreamConsumer):
         self.unserved_ms = unserved_ms
         self.abandon_ms = abandon_ms
         self._next_repair = time.monotonic() + REPAIR_EVERY_S
-        self.replicas = replicas
-        self.replica_timeout_ms = replica_timeout_ms
         self.turns_sent = 0
         self.timeouts_claimed = 0
         self.unserved_aborted = 0
         self.undelivered = 0
         self.query = QueryClient(redis, self.keys)
+        cache_size = self.settings.cache_size
         self._cache: LRU[str, GameFold] = LRU(cache_size)
         #: per cached game, the hash of its head event's bytes (the next one's prev_hash)
         self._heads: LRU[str, str] = LRU(cache_size)

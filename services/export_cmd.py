@@ -1,11 +1,11 @@
 """`agon verify-export FILE`: check an exported game log (JSONL) offline, with no Redis.
 
 Every line must be an event; the events must form one game's hash chain with seqs 1, 2,
-... and replay move for move through the rules (`services.export.verify_export`). That
+... and replay move for move through the rules (`services.gamelog.export.verify_export`). That
 proves the log is a game, not whose it is: anyone can edit an export and chain it again.
 Given the server's export key (`--key B64`, or `--gateway URL` to fetch it from
 `/.well-known/agon-export-key`), it also checks origin: the export's last line must be the
-server's signature over exactly its event lines (`services.export.origin_problem`).
+server's signature over exactly its event lines (`services.gamelog.export.origin_problem`).
 Prints `ok: game <id>, N events, hash chain and replay verified` (`..., replay and origin
 verified` with a key) and exits 0, or one line per problem and exits 1. A file that cannot
 be read (missing, a directory, not UTF-8 text), a key that is no key or a gateway that does
@@ -22,7 +22,7 @@ import urllib.request
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from services.export import origin_problem, public_key, split_signature, verify_export
+from services.gamelog.export import origin_problem, public_key, split_signature, verify_export
 from services.options import UsageError
 
 #: Where a gateway publishes its export key (`services.gateway.games.export_key`).

@@ -52,6 +52,7 @@ from schemas.commands import CreateGame, SeatSpec
 from schemas.events import NO_RESULT_REASONS
 from schemas.tournaments import TournamentSpec, new_tournament_id
 from services.archive import ARCHIVE_ENV
+from services.bus import presence
 from services.bus.admission import Admission, platform_lag
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import (
@@ -64,14 +65,9 @@ from services.bus.connection import (
     redact,
     ride_out,
 )
-from services.bus.consumer import (
-    HEARTBEAT_EVERY_S,
-    StreamConsumer,
-    consumer_name,
-    now_ms,
-    write_heartbeat,
-)
+from services.bus.consumer import ConsumerOptions, StreamConsumer, consumer_name
 from services.bus.keys import Keys
+from services.bus.text import now_ms
 from services.dispatcher import Dispatcher
 from services.engine_service import EngineService, settle_heap
 from services.gateway.serve import serve_until, serving
@@ -129,12 +125,12 @@ class ServiceSet:
         self.keys = keys
         self.ack_replicas = ack_replicas
         # Every service waits for the same replicas (`--ack-replicas`, `--ack-timeout-ms`).
-        common: dict[str, Any] = {
-            "block_ms": block_ms,
-            "claim_idle_ms": claim_idle_ms,
-            "replicas": ack_replicas,
-            "replica_timeout_ms": ack_timeout_ms,
-        }
+        common = ConsumerOptions(
+            block_ms=block_ms,
+            claim_idle_ms=claim_idle_ms,
+            replicas=ack_replicas,
+            replica_timeout_ms=ack_timeout_ms,
+        )
         self.engines = [EngineService(redis, keys, **common) for _ in range(engines)]
         self.projector = Projector(redis, keys, **common)
         self.dispatcher = Dispatcher(redis, keys, **common)
@@ -860,16 +856,11 @@ async def beat_as_gateway(
     """A gateway's heartbeat, so that `agon status` lists it beside its reply stream, until
     `stop`; then it is removed. A gateway holds no group work, so nothing claims after it."""
     name = settings.name
-    while not stop.is_set():
-        with contextlib.suppress(*TRANSIENT_ERRORS):
-            await write_heartbeat(
-                redis, keys.processes(), name, "gateway", "", url=url,
-                replies=keys.reply_stream(name),
-            )  # fmt: skip
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), HEARTBEAT_EVERY_S)
-    with contextlib.suppress(Exception):
-        await redis.hdel(keys.processes(), name)
+    fields = {"url": url, "replies": keys.reply_stream(name)}
+    async with presence.beating(
+        redis, keys, name, lambda: presence.beat(redis, keys, name, "gateway", "", **fields)
+    ):
+        await stop.wait()
 
 
 def port_number(text: str) -> int:
@@ -1017,10 +1008,11 @@ class _Service:
         if self.kind == "director":
             return [Director(redis, keys)]
         # What each service waits for before it counts its work done (--ack-replicas).
-        acks = {"replicas": replicas, "replica_timeout_ms": args.ack_timeout_ms}
+        acks = ConsumerOptions(replicas=replicas, replica_timeout_ms=args.ack_timeout_ms)
         if self.kind == "engine":
+            acks["batch"] = args.batch
             ttl = int(args.idempotency_hours * 3_600_000)
-            return [EngineService(redis, keys, batch=args.batch, reply_ttl_ms=ttl, **acks)]
+            return [EngineService(redis, keys, reply_ttl_ms=ttl, **acks)]
         if self.kind == "projector":
             return [Projector(redis, keys, **acks)]
         if self.kind == "dispatcher":

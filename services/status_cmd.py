@@ -4,7 +4,8 @@ What it shows, all read in one pipeline (and one INFO per primary):
 
 - processes: every heartbeat in `Keys.processes` (engines, projectors, dispatchers, bot
   workers, gateways, directors): role, host and pid, the age of its last beat, alive or
-  stale (no beat for `DEAD_AFTER_MS`, the rule by which other consumers claim its work),
+  stale (no beat for `ALIVE_MS`, the one rule of `services.bus.presence`, by which other
+  consumers claim its work),
   how many replicas its writes wait for (`--ack-replicas`), and the counters it beats with;
 - consumer groups: lag (entries not yet delivered) and pending entries (delivered, not
   acknowledged) of every group on each partition's command stream and feed and on each bot
@@ -32,7 +33,7 @@ import contextlib
 import json
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
@@ -44,15 +45,14 @@ from rich.text import Text
 
 from services.bus.clients import STATUSES, QueryClient
 from services.bus.connection import Client, RedisUnavailable, connect, redact, ride_out
-from services.bus.consumer import DEAD_AFTER_MS, as_text, now_ms
 from services.bus.keys import Keys
+from services.bus.presence import Beat, GroupRow, alive, group_totals, rows_of
+from services.bus.text import as_text, now_ms
 from services.options import UsageError, positive_float
 from services.redis_embedded import add_service_arguments, add_wait_argument, setup_logging
 
 #: INFO sections read from every primary (several sections in one INFO: Redis >= 7).
 INFO_SECTIONS = ("server", "memory", "replication", "persistence")
-#: Heartbeat fields that describe the process; the others are its counters.
-BEAT_FIELDS = ("role", "group", "time", "pid", "host", "ack_replicas")
 #: Groups in the order the table lists them (others follow by name).
 GROUP_ORDER = ("engine", "projector", "dispatcher", "workers")
 
@@ -153,7 +153,7 @@ async def _watch(redis: Client, keys: Keys, args: argparse.Namespace) -> int:
 
 
 async def _check(redis: Client, keys: Keys, *, here: bool) -> int:
-    """Health check: a process (of this host with `here`) beat within `DEAD_AFTER_MS`."""
+    """Health check: a process (of this host with `here`) beat within `ALIVE_MS`."""
     try:
         beats = await QueryClient(redis, keys).processes()
     except (RedisError, OSError) as exc:
@@ -161,35 +161,29 @@ async def _check(redis: Client, keys: Keys, *, here: bool) -> int:
     now = now_ms()
     host = socket.gethostname()
     chosen = [
-        _process(name, beat, now)
-        for name, beat in beats.items()
-        if isinstance(beat, dict) and (not here or beat.get("host") == host)
+        _process(name, beat, now) for name, beat in beats.items() if not here or beat.host == host
     ]
-    alive = sorted(p["name"] for p in chosen if p["alive"])
+    live = sorted(p["name"] for p in chosen if p["alive"])
     where = f" on {host}" if here else ""
-    if not alive:
+    if not live:
         return _fail(f"no live process{where} ({len(chosen)} stale)")
-    print(f"ok: {len(alive)} live process(es){where}: {', '.join(alive[:4])}")
+    print(f"ok: {len(live)} live process(es){where}: {', '.join(live[:4])}")
     return 0
 
 
 # -- collecting -----------------------------------------------------------------------------
-def _process(name: str, beat: dict[str, Any], now: int) -> dict[str, Any]:
-    try:
-        age = max(0, now - int(beat.get("time", 0)))
-    except (TypeError, ValueError):
-        age = now
+def _process(name: str, beat: Beat, now: int) -> dict[str, Any]:
     return {
         "name": name,
-        "role": str(beat.get("role", "?")),
-        "group": beat.get("group") or None,
-        "host": beat.get("host"),
-        "pid": beat.get("pid"),
-        "age_ms": age,
-        "alive": age <= DEAD_AFTER_MS,
+        "role": beat.role,
+        "group": beat.group or None,
+        "host": beat.host,
+        "pid": beat.pid,
+        "age_ms": max(0, now - beat.time),
+        "alive": alive(beat, now),
         # replicas its writes wait for; None for a process that does not say (a gateway)
-        "ack_replicas": beat.get("ack_replicas"),
-        "stats": {k: v for k, v in beat.items() if k not in BEAT_FIELDS},
+        "ack_replicas": beat.stats.get("ack_replicas"),
+        "stats": {k: v for k, v in beat.stats.items() if k != "ack_replicas"},
     }
 
 
@@ -220,7 +214,7 @@ async def collect(
         (
             _process(name, beat, now)
             for name, beat in beats.items()
-            if isinstance(beat, dict) and (not here or beat.get("host") == host)
+            if not here or beat.host == host
         ),
         key=lambda p: (p["role"], p["name"]),
     )
@@ -248,7 +242,7 @@ async def collect(
     pipe.zcard(keys.active_tournaments())
     answers = iter([_answer(a) for a in await pipe.execute(raise_on_error=False)])
 
-    infos = [(stream, where, next(answers)) for stream, where in streams]
+    rows = rows_of([stream for stream, _ in streams], [next(answers) for _ in streams])
     replies = [
         {
             "gateway": g["name"],
@@ -272,7 +266,7 @@ async def collect(
         "partitions": keys.partitions,
         "redis": await servers(redis),
         "processes": processes,
-        "groups": _groups(infos),
+        "groups": _groups(rows, dict(streams)),
         "replies": replies,
         "dead_letters": {"commands": dead_commands, "readers": dead_readers},
         "games": {
@@ -285,35 +279,36 @@ async def collect(
     }
 
 
-def _groups(infos: Sequence[tuple[str, str, Any]]) -> list[dict[str, Any]]:
-    """XINFO GROUPS of every stream, summed per group, each with its worst stream."""
+def _groups(found: Sequence[GroupRow], where: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The group rows of every stream (`where` says what each stream is), summed per group,
+    each with its worst stream."""
     by_group: dict[str, list[dict[str, Any]]] = {}
-    for stream, where, groups in infos:
-        for g in groups or ():
-            lag = g.get("lag")
-            by_group.setdefault(as_text(g["name"]), []).append(
-                {
-                    "stream": stream,
-                    "where": where,
-                    "consumers": int(g["consumers"]),
-                    "lag": None if lag is None else int(lag),
-                    "pending": int(g["pending"]),
-                }
-            )
+    for r in found:
+        by_group.setdefault(r.group, []).append(
+            {
+                "stream": r.stream,
+                "where": where[r.stream],
+                "consumers": r.consumers,
+                "lag": r.lag,
+                "pending": r.pending,
+            }
+        )
+    totals = group_totals(found)
     out = []
     order = {name: i for i, name in enumerate(GROUP_ORDER)}
     for name in sorted(by_group, key=lambda n: (order.get(n, len(order)), n)):
         rows = by_group[name]
         worst = max(rows, key=lambda r: ((r["lag"] or 0) + r["pending"], r["pending"]))
         backlog = (worst["lag"] or 0) + worst["pending"]
+        lag, pending = totals[name]
         out.append(
             {
                 "group": name,
                 "streams": len(rows),
                 "consumers": max(r["consumers"] for r in rows),
-                "lag": sum(r["lag"] or 0 for r in rows),
+                "lag": lag,
                 "lag_unknown": sum(r["lag"] is None for r in rows),
-                "pending": sum(r["pending"] for r in rows),
+                "pending": pending,
                 "worst": worst if backlog else None,
                 "by_stream": rows,
             }

@@ -28,8 +28,8 @@ from engine import game_names
 from schemas.tournaments import FORMATS, SprtSpec, TournamentSpec, new_tournament_id
 from services.bus.clients import QueryClient
 from services.bus.connection import Client
-from services.bus.consumer import now_ms
 from services.bus.keys import Keys
+from services.bus.text import now_ms
 from services.options import (
     UsageError,
     finite_float,

@@ -28,7 +28,6 @@ from schemas.commands import Command, CreateGame, PlayMove, SeatPlayer, SeatSpec
 from schemas.replies import Accepted, Reply
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import TRANSIENT_ERRORS, Client
-from services.bus.consumer import as_text, now_ms
 from services.bus.keys import (
     DISPATCHER_GROUP,
     ENGINE_GROUP,
@@ -36,7 +35,8 @@ from services.bus.keys import (
     WORKERS_GROUP,
     Keys,
 )
-from services.projector.fold import fold
+from services.bus.text import as_text, now_ms
+from services.gamelog.fold import fold
 
 
 @dataclass(frozen=True)
@@ -235,7 +235,7 @@ async def beating(redis: Client, keys: Keys, within_ms: int) -> set[str]:
     """The processes whose heartbeat (`Keys.processes`) is at most `within_ms` old."""
     beats = await QueryClient(redis, keys).processes()
     now = now_ms()
-    return {name for name, beat in beats.items() if now - int(beat.get("time", 0)) <= within_ms}
+    return {name for name, beat in beats.items() if now - beat.time <= within_ms}
 
 
 async def group_consumers(

@@ -42,15 +42,15 @@ from schemas.tournaments import TournamentSpec, new_tournament_id
 from services.acl_cmd import USERS, grants
 from services.bus.clients import CommandClient
 from services.bus.connection import Client, connect
-from services.bus.consumer import now_ms
 from services.bus.keys import Keys
+from services.bus.text import now_ms
 from services.cli import main as agon
 from services.dispatcher import Dispatcher
 from services.engine_service import EngineService
 from services.engine_service.store import Commit, EventStore
+from services.gamelog.fold import GameFold
 from services.gateway import GatewaySettings, init_app
 from services.projector import Projector
-from services.projector.fold import GameFold
 from services.projector.registry import Write, write
 from services.redis_embedded import EmbeddedRedis, free_port
 from services.tournament.director import Director

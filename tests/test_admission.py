@@ -1,6 +1,6 @@
 """Admission control: the clocked games a runner keeps going follow the platform's lag.
 
-Pure: the heartbeats are dicts, the clock is a list. Additive increase while turns reach
+Pure: the heartbeats are values, the clock is a list. Additive increase while turns reach
 their bots quickly, multiplicative decrease (once per lag window) when they do not or one
 went undelivered, never below one game nor above what was asked; unclocked games are not
 limited.
@@ -8,13 +8,10 @@ limited.
 
 from __future__ import annotations
 
-from typing import Any
-
 from hypothesis import given
 from hypothesis import strategies as st
 
 from services.bus.admission import (
-    ALIVE_MS,
     BACK_OFF,
     FIRST,
     Admission,
@@ -22,12 +19,13 @@ from services.bus.admission import (
     platform_lag,
 )
 from services.bus.delivery import LAG_WINDOW_S
+from services.bus.presence import ALIVE_MS, Beat
 
 NOW = 1_800_000_000_000
 
 
-def beat(role: str, age_ms: int = 0, **stats: int) -> dict[str, Any]:
-    return {"role": role, "group": "workers", "time": NOW - age_ms, **stats}
+def beat(role: str, age_ms: int = 0, **stats: int) -> Beat:
+    return Beat(role, "workers", NOW - age_ms, stats=stats)
 
 
 def test_the_lag_is_the_worst_live_bot_process_s() -> None:

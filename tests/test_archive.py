@@ -41,10 +41,10 @@ from services.archive import (
 )
 from services.bus.clients import CommandClient, LogEntry, QueryClient
 from services.bus.connection import connect
-from services.bus.consumer import now_ms
 from services.bus.keys import Keys
+from services.bus.text import now_ms
+from services.gamelog.fold import GameFold
 from services.projector import compare_read_models, rebuild, snapshot, verify
-from services.projector.fold import GameFold
 from services.redis_embedded import EmbeddedRedis
 from services.runtime import ServiceSet, create_games, wait_until_ended
 from services.tournament.director import Director

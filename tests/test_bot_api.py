@@ -20,10 +20,10 @@ from engine import State
 from schemas.api import EndedMessage, TurnMessage, decode_bot_server_message
 from schemas.commands import SeatSpec
 from schemas.events import GameCreated, GameEnded
+from services.gamelog.fold import GameFold
 from services.gateway.live import EndedListener
 from services.gateway.turns import _within, ended_message
 from services.gateway.views import api_view
-from services.projector.fold import GameFold
 from tests.gateway import Arena, new_game, until, view
 
 pytestmark = pytest.mark.timeout(180)

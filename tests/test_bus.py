@@ -21,8 +21,8 @@ from services.bus.consumer import GroupReader
 from services.bus.keys import ENGINE_GROUP, Keys
 from services.bus.scripts import Script
 from services.engine_service import EngineService
+from services.gamelog.fold import GameFold
 from services.projector import Projector, rebuild, registry, verify
-from services.projector.fold import GameFold
 from services.redis_embedded import EmbeddedRedis
 from services.runtime import ServiceSet, create_games
 from tests.conftest import PrimaryAndReplica

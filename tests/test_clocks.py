@@ -30,9 +30,9 @@ from schemas.commands import CreateGame, PlayMove, SeatSpec
 from schemas.events import GameEnded, MovePlayed
 from schemas.tokens import SEND_GRACE_MS, bot_token, clock_key, stamped_deadline
 from services.bus.clients import CommandClient, QueryClient
-from services.bus.consumer import id_ms
 from services.bus.delivery import TOOK, Deliveries
 from services.bus.keys import ENGINE_GROUP, WORKERS_GROUP, Keys
+from services.bus.text import id_ms
 from services.dispatcher import TIMEOUT_GRACE_MS, Dispatcher
 from services.engine_service import EngineService
 from services.projector import Projector, verify

@@ -21,9 +21,9 @@ from schemas.commands import CreateGame, SeatSpec
 from schemas.events import GameEnded, MovePlayed
 from schemas.tokens import MAX_GRACE_MS, SEND_GRACE_MS, clock_key, stamped_deadline
 from services.bus.clients import CommandClient, QueryClient
-from services.bus.consumer import now_ms
 from services.bus.delivery import Deliveries, latest
 from services.bus.keys import Keys
+from services.bus.text import now_ms
 from services.dispatcher import TIMEOUT_GRACE_MS, Dispatcher
 from services.engine_service import EngineService
 

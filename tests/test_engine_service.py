@@ -49,8 +49,8 @@ from services.bus.clients import CommandClient, QueryClient
 from services.bus.keys import ENGINE_GROUP, Keys
 from services.engine_service import MAX_DELIVERIES, EngineService, EventStore, GameRecord
 from services.engine_service.store import _COMMIT as COMMIT_SCRIPT
-from services.projector.fold import _rules as fold_rules
-from services.projector.verify import chain_problems
+from services.gamelog.checks import chain_problems
+from services.gamelog.fold import _rules as fold_rules
 
 SECRET = b"test-secret"
 ROOT = Path(__file__).resolve().parents[1]

@@ -40,7 +40,8 @@ from schemas.tokens import bot_token, human_token
 from services.bus.clients import CommandClient, LogEntry, QueryClient
 from services.bus.keys import Keys
 from services.engine_service.decide import Reject, Rules
-from services.export import (
+from services.gamelog.checks import chain_problems
+from services.gamelog.export import (
     RAW,
     ExportError,
     export_jsonl,
@@ -53,7 +54,6 @@ from services.export import (
     verify_export,
 )
 from services.projector import compare_read_models, rebuild, snapshot, verify
-from services.projector.verify import chain_problems
 from services.runtime import ServiceSet, create_games
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -72,9 +72,10 @@ from schemas.replies import Accepted, Rejected, Reply
 from schemas.tokens import admin_token, bot_token
 from schemas.tournaments import TournamentSpec, new_tournament_id
 from services.bus.clients import CommandClient, QueryClient
-from services.bus.consumer import DEAD_AFTER_MS, as_text, now_ms
 from services.bus.keys import ENGINE_GROUP, Keys
+from services.bus.presence import ALIVE_MS
 from services.bus.secret import shared_secret
+from services.bus.text import as_text, now_ms
 from services.gateway.games import MAX_PAGE, MAX_PLY, PLIES_PER_PAGE
 from services.projector import verify
 from services.runtime import GameSpec, ServiceSet, create_games, wait_until_ended
@@ -1076,7 +1077,7 @@ async def flood_sockets(client: TestClient, world: World, plans: list[Plan]) -> 
 async def dead_consumers(redis: aioredis.Redis, keys: Keys, services: ServiceSet) -> list[str]:
     """Service tasks that ended, services without a fresh heartbeat, and consumers in any group
     whose process does not beat (`Keys.processes`)."""
-    alive = await beating(redis, keys, DEAD_AFTER_MS)
+    alive = await beating(redis, keys, ALIVE_MS)
     dead = [f"a service ended: {services.failed()!r}"] if services.failed() is not None else []
     names = [s.reader.consumer for s in services.services()]
     names += [services.director.name] if services.director is not None else []

@@ -31,7 +31,6 @@ from schemas.api import decode_server_message
 from schemas.tournaments import TournamentSpec, new_tournament_id
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import Client, connect
-from services.bus.consumer import now_ms
 from services.bus.keys import (
     DISPATCHER_GROUP,
     ENGINE_GROUP,
@@ -39,6 +38,7 @@ from services.bus.keys import (
     WORKERS_GROUP,
     Keys,
 )
+from services.bus.text import now_ms
 from services.projector import verify
 from services.redis_embedded import EmbeddedRedis, free_port
 from services.runtime import create_games, wait_until_ended

@@ -11,7 +11,7 @@ from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient
 
 from schemas.api import decode_server_message
-from services.export import verify_export
+from services.gamelog.export import verify_export
 from services.gateway.routes import ROUTES, openapi
 from tests.gateway import Arena, new_game, play_out, until, view
 

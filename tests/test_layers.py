@@ -1,10 +1,11 @@
 """The dependency direction of DESIGN.md, read from the source with `ast` (nothing is imported).
 
 `engine` <- `schemas` <- `services.bus` <- the services and `bots`; `bots.sdk` talks to the
-arena without `services`; nothing but the tests imports `tests`; and no two modules import
-each other, directly or through others. Every import statement counts wherever it stands
-(inside a function, under `if TYPE_CHECKING:`), and so does `importlib.import_module("x")`
-with a literal name.
+arena without `services`; the engine service, dispatcher and gateway read games through
+`services.gamelog`, never the projector; nothing but the tests imports `tests`; and no two
+modules import each other, directly or through others. Every import statement counts wherever
+it stands (inside a function, under `if TYPE_CHECKING:`), and so does
+`importlib.import_module("x")` with a literal name.
 
 An edge goes to the module an import names: `import a.b.c` is an edge to `a.b.c` only (not to
 its parents); `from a.b import c` is an edge to `a.b.c` when that is a module, else to `a.b`
@@ -160,6 +161,9 @@ def _offending(rule: str, bad: list[Import]) -> str:
 
 # -- the layer rules --------------------------------------------------------------------------
 
+#: The services that read games only through their log: they must not load the projector.
+PROJECTOR_FREE = ("services.engine_service", "services.dispatcher", "services.gateway")
+
 #: rule id -> (what it says, which importers it binds, which targets it allows)
 LAYERS = {
     "engine-imports-no-other-first-party-package": (
@@ -191,6 +195,13 @@ LAYERS = {
         "nothing outside tests imports tests",
         lambda importer: not within(importer, "tests"),
         lambda target: not within(target, "tests"),
+    ),
+    "engine-dispatcher-gateway-import-no-projector": (
+        "services.engine_service, services.dispatcher and services.gateway do not import"
+        " services.projector (the game log they read is services.gamelog; the CLI and the"
+        " archive may)",
+        lambda importer: any(within(importer, p) for p in PROJECTOR_FREE),
+        lambda target: not within(target, "services.projector"),
     ),
 }
 

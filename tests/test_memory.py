@@ -23,13 +23,18 @@ from schemas.commands import Abort, CreateGame, SeatSpec
 from schemas.tokens import admin_token
 from services.bus.clients import CommandClient
 from services.bus.consumer import DEAD_LETTER_KEEP_BYTES, trim_acknowledged
-from services.bus.keys import DISPATCHER_GROUP, ENGINE_GROUP, PROJECTOR_GROUP, Keys
+from services.bus.keys import (
+    DISPATCHER_GROUP,
+    ENGINE_GROUP,
+    FEED_GROUPS,
+    PROJECTOR_GROUP,
+    Keys,
+)
 from services.bus.secret import shared_secret
 from services.dispatcher import Dispatcher
 from services.engine_service import EngineService
 from services.engine_service.decide import DIGEST_BYTES
 from services.projector import Projector, verify
-from services.projector.live import FEED_GROUPS
 from services.runtime import ENGINE, ServiceSet, create_games, wait_until_ended
 
 BOT = "random"

@@ -33,8 +33,8 @@ import redis.asyncio as aioredis
 
 from bots.worker import BotWorker
 from services.bus.clients import QueryClient
-from services.bus.consumer import as_text, now_ms
 from services.bus.keys import Keys
+from services.bus.text import as_text, now_ms
 from services.dispatcher import TIMEOUT_GRACE_MS, Dispatcher
 from services.engine_service import EngineService
 from services.projector import Projector

@@ -37,11 +37,10 @@ from services.bus.connection import ReplicasBehind
 from services.bus.consumer import Entry
 from services.bus.keys import PROJECTOR_GROUP, Keys
 from services.engine_service import EngineService
+from services.gamelog.fold import GameFold, fold
 from services.projector import (
-    GameFold,
     Projector,
     compare_read_models,
-    fold,
     rebuild,
     registry,
     snapshot,

@@ -28,7 +28,7 @@ from typing import Any
 from engine import load_game
 from schemas.codec import unpack
 from services.bus.clients import LogEntry, QueryClient
-from services.export import export_jsonl
+from services.gamelog.export import export_jsonl
 from services.redis_embedded import free_port
 from services.replay_cmd import HELP, Replay, read_keys, step
 from services.runtime import create_games, wait_until_ended

@@ -1,4 +1,4 @@
-"""Competition results (`services.stats.results`): small examples computed by hand, then
+"""Competition results (`services.stats.standings`): small examples computed by hand, then
 properties with hypothesis (every game hands out one point; the crosstable is its own mirror;
 ratings do not depend on the order the results come in).
 """
@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.stats.glicko2 import Glicko2
-from services.stats.results import (
+from services.stats.sprt import Pentanomial, Trinomial, elo_estimate
+from services.stats.standings import (
     WLD,
     Cell,
     GameResult,
@@ -26,7 +27,6 @@ from services.stats.results import (
     standings,
     terminations,
 )
-from services.stats.sprt import Pentanomial, Trinomial, elo_estimate
 
 DAY_MS = 86_400_000
 _ids = iter(range(1_000_000))

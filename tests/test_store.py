@@ -19,8 +19,8 @@ from services.bus.clients import CommandClient, LogEntry, QueryClient
 from services.bus.connection import plain_client as connect
 from services.bus.keys import ENGINE_GROUP, Keys, partition_of
 from services.engine_service import Commit, EventStore, SeqConflict
+from services.gamelog.checks import chain_problems
 from services.projector.registry import all_patterns
-from services.projector.verify import chain_problems
 
 
 def events_for(game_id: str, start_seq: int, prev_hash: str, moves: list[str]) -> list[bytes]:

@@ -22,9 +22,9 @@ from schemas.events import GameEnded
 from schemas.tokens import admin_token
 from schemas.tournaments import GameScheduled, TournamentCreated, TournamentSpec, new_tournament_id
 from services.bus.clients import QueryClient
-from services.bus.consumer import now_ms
 from services.bus.keys import Keys
 from services.bus.secret import shared_secret
+from services.bus.text import now_ms
 from services.projector import rebuild, verify
 from services.runtime import ServiceSet
 from services.tournament.aggregate import Tournament, decide

@@ -20,8 +20,8 @@ from aiohttp.test_utils import TestClient
 from playwright.async_api import Browser, Page, ViewportSize
 
 from schemas.tournaments import SprtSpec, TournamentSpec, new_tournament_id
-from services.bus.consumer import now_ms
 from services.bus.keys import Keys
+from services.bus.text import now_ms
 from services.tournament.store import TournamentStore
 from tests.browser import SCREENSHOTS, Site, chromium, fresh_page, serving
 from tests.gateway import Arena, running_arena, until

@@ -5,7 +5,10 @@
 - `scripts`: Lua scripts by SHA, reloaded in one place;
 - `consumer`: the one consumer loop (per-partition reads, heartbeats, claims, drain);
 - `cache`: the one bounded cache;
-- `clients`: the command client and the query client.
+- `clients`: the command client and the query client;
+- `text`: `as_text`, `now_ms`, `id_ms`, for the many modules that need no consumer loop;
+- `delivery`: a bot's turn reaching it, which starts its clock; `admission`: how many
+  clocked games the measured lag allows; `secret`, `outages`, `stuck`, `quotas`, `registry`.
 
 It imports only `schemas` (and `engine` where a type needs it); services and bots build on it.
 """

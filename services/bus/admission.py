@@ -17,11 +17,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from schemas.tokens import SEND_GRACE_MS
-from services.bus.consumer import now_ms
 from services.bus.delivery import LAG_WINDOW_S
+from services.bus.presence import Beat, alive
+from services.bus.text import now_ms
 
 #: Clocked games a runner starts with before it has measured anything.
 FIRST = 32
@@ -33,8 +33,6 @@ CONGESTED = 0.5
 FLOOR_MS = 200
 #: What a congested window keeps of the limit.
 BACK_OFF = 0.7
-#: A beat older than this is a process gone: its lag no longer counts.
-ALIVE_MS = 2_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,14 +44,11 @@ class PlatformLag:
     late: int = 0
 
 
-def platform_lag(beats: Mapping[str, Mapping[str, Any]], now: int | None = None) -> PlatformLag:
-    """The lag the live bot processes' heartbeats (`QueryClient.processes`) report."""
+def platform_lag(beats: Mapping[str, Beat], now: int | None = None) -> PlatformLag:
+    """The lag the live bot processes' heartbeats (`QueryClient.processes`) report; a
+    process gone (not `alive`) no longer counts."""
     now = now_ms() if now is None else now
-    live = [
-        b
-        for b in beats.values()
-        if str(b.get("role", "")).startswith("bot-") and now - int(b.get("time", 0)) <= ALIVE_MS
-    ]
+    live = [b.stats for b in beats.values() if b.role.startswith("bot-") and alive(b, now)]
     return PlatformLag(
         lag_ms=max((int(b.get("lag_p99_ms", 0)) for b in live), default=0),
         send_ms=max((int(b.get("send_p99_ms", 0)) for b in live), default=0),

@@ -33,10 +33,11 @@ from schemas.codec import FIELD, FIELD_BYTES, DecodeError, decode_event, decode_
 from schemas.commands import Command
 from schemas.events import Event
 from schemas.replies import Reply
+from services.bus import presence
 from services.bus.connection import TRANSIENT_ERRORS, WRITES_REFUSED, Client
-from services.bus.consumer import as_text, now_ms
 from services.bus.keys import WORKERS_GROUP, Keys
 from services.bus.scripts import confirmed, run_replicated
+from services.bus.text import as_text, now_ms
 
 log = logging.getLogger("agon.bus")
 
@@ -533,39 +534,28 @@ class QueryClient:
                 totals[as_text(value)] = totals.get(as_text(value), 0) + 1
         return totals
 
-    async def processes(self) -> dict[str, dict[str, Any]]:
-        """Every consumer's last heartbeat, by consumer name."""
-        beats: Any = await self.redis.hgetall(self.keys.processes())
-        out = {}
-        for name, value in beats.items():
-            with contextlib.suppress(ValueError):
-                out[as_text(name)] = json.loads(value)
-        return out
+    async def processes(self) -> dict[str, presence.Beat]:
+        """Every process's last beat, by process name."""
+        return await presence.processes(self.redis, self.keys)
 
-    async def bot_health(self, bot: str, *, alive_ms: int = 2000) -> BotHealth:
-        """Who serves `bot`: live workers, their last heartbeat, turns waiting in its inbox."""
+    async def bot_health(self, bot: str) -> BotHealth:
+        """Who serves `bot`: live workers, their last beat, turns waiting in its inbox."""
+        role = f"bot-{bot}"
         beats = await self.processes()
-        seen = [
-            int(b["time"])
-            for b in beats.values()
-            if b.get("group") == WORKERS_GROUP and b.get("role") == f"bot-{bot}"
-        ]
+        workers = [b for b in beats.values() if b.group == WORKERS_GROUP and b.role == role]
         now = now_ms()
         inbox = self.keys.bot_turns(bot)
         pending = undelivered = 0
         with contextlib.suppress(Exception):
-            groups: Any = await self.redis.xinfo_groups(inbox)
-            for g in groups:
-                if as_text(g["name"]) == WORKERS_GROUP:
-                    pending = int(g["pending"])
-                    undelivered = int(g.get("lag") or 0)
-        if not seen:
+            rows = await presence.group_rows(self.redis, [inbox])
+            undelivered, pending = presence.group_totals(rows).get(WORKERS_GROUP, (0, 0))
+        if not workers:
             with contextlib.suppress(Exception):
                 undelivered = max(undelivered, int(await self.redis.xlen(inbox)))
         return BotHealth(
             bot=bot,
-            workers=sum(1 for t in seen if now - t <= alive_ms),
-            last_seen_ms=max(seen) if seen else None,
+            workers=sum(presence.alive(b, now) for b in workers),
+            last_seen_ms=max((b.time for b in workers), default=None),
             pending_turns=pending,
             undelivered_turns=undelivered,
         )

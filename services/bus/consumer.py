@@ -14,10 +14,10 @@ stream ("lanes", each on its own connection), fanned into one buffer; a lane hol
 one unread batch. `read(None)` never waits: the
 drain ("burst") mode of tests and benchmarks.
 
-Dead consumers are noticed in about a second, not minutes: every running consumer writes
-a heartbeat (`Keys.processes`) four times a second; a sweep every half second claims
-(XCLAIM) entries pending with a consumer whose heartbeat is older than `dead_after_ms`
-(1 s), so a killed bot worker's turn is answered by another well inside a 2 s move clock.
+Dead consumers are noticed in about a second, not minutes: every running consumer beats
+(`services.bus.presence`) four times a second; a sweep every half second claims (XCLAIM)
+entries pending with a consumer that is not alive by its beat (none for `ALIVE_MS`, 1 s),
+so a killed bot worker's turn is answered by another well inside a 2 s move clock.
 Housekeeping removes dead consumers that hold nothing from the group; the sweep sets
 aside entries delivered `max_deliveries` times (they kill whoever takes them). Entries
 idle for `claim_idle_ms` are claimed too, from a stuck process that still beats or from
@@ -34,15 +34,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import socket
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, TypedDict, Unpack
 
 from redis.exceptions import ResponseError
 
@@ -52,6 +51,17 @@ from services.bus.cache import LRU
 from services.bus.connection import TRANSIENT_ERRORS, WRITES_REFUSED, Client, is_cluster
 from services.bus.keys import Keys
 from services.bus.outages import WriteWatch
+from services.bus.presence import (
+    ALIVE_MS,
+    Beat,
+    alive,
+    beat,
+    beating,
+    forget_old,
+    group_rows,
+    group_totals,
+)
+from services.bus.text import as_text, now_ms
 
 log = logging.getLogger("agon.bus")
 
@@ -61,11 +71,6 @@ RETRY_PAUSE_S = 0.5
 DEAD_LETTER_MAXLEN = 10_000
 #: A set-aside entry keeps at most this much of its payload (plus its size and sha256).
 DEAD_LETTER_KEEP_BYTES = 4096
-#: How often a running consumer writes its heartbeat, and when it counts as dead.
-HEARTBEAT_EVERY_S = 0.25
-DEAD_AFTER_MS = 1000
-#: Heartbeats older than this are removed from the processes hash.
-FORGET_AFTER_MS = 3_600_000
 #: How often a consumer trims acknowledged entries and logs its stats line (with -v).
 TRIM_EVERY_S = 5.0
 #: How many received entry ids a reader remembers, to tell an entry Redis delivered to it
@@ -73,46 +78,9 @@ TRIM_EVERY_S = 5.0
 SEEN_IDS = 20_000
 
 
-def now_ms() -> int:
-    """Wall-clock milliseconds since the epoch, the unit of event times and deadlines."""
-    return time.time_ns() // 1_000_000
-
-
-def as_text(value: bytes | str) -> str:
-    """A stream name, entry id or member as str (redis-py returns bytes)."""
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def consumer_name(role: str) -> str:
     """A name no other live consumer has: role, host, pid and a random suffix."""
     return f"{role}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
-async def write_heartbeat(
-    redis: Client, heartbeats: str, consumer: str, role: str, group: str, **extra: Any
-) -> None:
-    """One consumer's heartbeat in the `heartbeats` hash: who it is, when, and `extra`."""
-    await redis.hset(heartbeats, consumer, heartbeat_value(role, group, **extra))
-
-
-def heartbeat_value(role: str, group: str, **extra: Any) -> str:
-    """A heartbeat as stored: role, group, time, process and host, and `extra`."""
-    beat = {
-        "role": role,
-        "group": group,
-        "time": now_ms(),
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        **extra,
-    }
-    return json.dumps(beat)
-
-
-def id_ms(entry_id: bytes | str) -> int:
-    """The millisecond part of a stream entry id: when Redis received the entry."""
-    if isinstance(entry_id, bytes):  # as redis-py returns it: no decoding on the hot path
-        return int(entry_id[: entry_id.index(b"-")])
-    return int(entry_id.partition("-")[0])
 
 
 def _id_key(entry_id: str) -> tuple[int, int]:
@@ -197,7 +165,6 @@ class GroupReader:
         count: int = 500,
         claim_idle_ms: int = 30_000,
         dead_idle_ms: int = 500,
-        dead_after_ms: int = DEAD_AFTER_MS,
         claim_every_s: float = 0.5,
         max_deliveries: int = 5,
     ) -> None:
@@ -209,7 +176,6 @@ class GroupReader:
         self.count = count
         self.claim_idle_ms = claim_idle_ms
         self.dead_idle_ms = dead_idle_ms
-        self.dead_after_ms = dead_after_ms
         self.claim_every_s = claim_every_s
         self.max_deliveries = max_deliveries
         #: entries claimed from dead or stuck consumers so far
@@ -399,9 +365,8 @@ class GroupReader:
         beats: Any = await self.redis.hmget(self.heartbeats, ordered)
         now = now_ms()
         dead = set()
-        for name, beat in zip(ordered, beats, strict=True):
-            seen = _beat_time(beat)
-            if seen is None or now - seen > self.dead_after_ms:
+        for name, raw in zip(ordered, beats, strict=True):
+            if not alive(Beat.parse(raw), now):
                 dead.add(name)
         return dead
 
@@ -477,7 +442,7 @@ class GroupReader:
                 continue
             for c in consumers:
                 name = as_text(c["name"])
-                if name != self.consumer and not c["pending"] and c["idle"] > self.dead_after_ms:
+                if name != self.consumer and not c["pending"] and c["idle"] > ALIVE_MS:
                     idle_empty.setdefault(name, []).append(stream)
         dead = await self.dead_consumers(set(idle_empty))
         if not dead:
@@ -518,27 +483,8 @@ class GroupReader:
 
     async def lag(self) -> tuple[int, int]:
         """(entries not yet delivered to the group, entries pending) over every stream."""
-        pipe = self.redis.pipeline(transaction=False)
-        for stream in self.streams:
-            pipe.xinfo_groups(stream)
-        lag = pending = 0
-        for groups in await pipe.execute(raise_on_error=False):
-            if isinstance(groups, Exception):
-                continue
-            for g in groups:
-                if as_text(g["name"]) == self.group:
-                    lag += int(g.get("lag") or 0)
-                    pending += int(g["pending"])
-        return lag, pending
-
-
-def _beat_time(beat: Any) -> int | None:
-    if beat is None:
-        return None
-    try:
-        return int(json.loads(beat)["time"])
-    except (ValueError, KeyError, TypeError):
-        return None
+        totals = group_totals(await group_rows(self.redis, self.streams))
+        return totals.get(self.group, (0, 0))
 
 
 def _entries(raw: Any) -> list[Entry]:
@@ -575,6 +521,43 @@ def dead_letter_fields(entry: Entry, reason: str, **extra: Any) -> dict[Any, Any
     }
 
 
+@dataclass(frozen=True, slots=True)
+class ConsumerSettings:
+    """How a service consumes its streams, built once per service kind from its command's
+    arguments (`--batch`, `--ack-replicas`, `--ack-timeout-ms`) or a test's keywords.
+
+    Each kind starts from its own `StreamConsumer.defaults`; its constructor takes a
+    `settings` and, as keywords (`ConsumerOptions`), the fields to change in it.
+    """
+
+    #: entries per read
+    batch: int = 1000
+    #: how long a read waits for new entries (the loop checks its stop flag that often)
+    block_ms: int = 1000
+    #: how long an entry may sit with a live consumer before another one takes it
+    claim_idle_ms: int = 30_000
+    #: games (folds, records, positions) the consumer keeps in memory
+    cache_size: int = 20_000
+    #: replicas each write waits for before the work counts done (`--ack-replicas`)
+    replicas: int = 0
+    #: how long it waits for them (`--ack-timeout-ms`)
+    replica_timeout_ms: int = 1000
+    #: the consumer's name in its group (None: a fresh one for its role)
+    consumer: str | None = None
+
+
+class ConsumerOptions(TypedDict, total=False):
+    """The fields of `ConsumerSettings` as a constructor's keywords."""
+
+    batch: int
+    block_ms: int
+    claim_idle_ms: int
+    cache_size: int
+    replicas: int
+    replica_timeout_ms: int
+    consumer: str | None
+
+
 class StreamConsumer:
     """The loop of one group reader: `run` until stopped, or `drain` what is there.
 
@@ -591,7 +574,13 @@ class StreamConsumer:
     redis: Client
     keys: Keys
     reader: GroupReader
+    #: the kind's settings, before its constructor's keywords change them
+    defaults: ClassVar[ConsumerSettings] = ConsumerSettings()
+    settings: ConsumerSettings
     block_ms: int
+    #: replicas each write waits for, and how long (`settings`)
+    replicas: int
+    replica_timeout_ms: int
     dead_letter: str
     trim_groups: tuple[str, ...] = ()
     #: entries set aside because they failed on their own
@@ -606,27 +595,29 @@ class StreamConsumer:
         keys: Keys,
         streams: Sequence[str],
         group: str,
-        consumer: str | None,
+        settings: ConsumerSettings | None = None,
         *,
-        batch: int,
-        block_ms: int,
-        claim_idle_ms: int,
         max_deliveries: int = 5,
+        **options: Unpack[ConsumerOptions],
     ) -> None:
-        """Set up this consumer as `consumer` (default: a fresh name for `role`) of `group`
-        on `streams`; its set-aside entries go to the readers' dead letters."""
+        """Set up this consumer of `group` on `streams` with `settings` (default: the kind's
+        `defaults`) changed by `options`; its set-aside entries go to the readers' dead
+        letters."""
+        self.settings = s = replace(settings or self.defaults, **options)
         self.redis = redis
         self.keys = keys
-        self.block_ms = block_ms
+        self.block_ms = s.block_ms
+        self.replicas = s.replicas
+        self.replica_timeout_ms = s.replica_timeout_ms
         self.dead_letter = keys.reader_dead_letter()
         self.reader = GroupReader(
             redis,
             streams,
             group,
-            consumer or consumer_name(self.role),
+            s.consumer or consumer_name(self.role),
             heartbeats=keys.processes(),
-            count=batch,
-            claim_idle_ms=claim_idle_ms,
+            count=s.batch,
+            claim_idle_ms=s.claim_idle_ms,
             max_deliveries=max_deliveries,
         )
         self.write_watch = WriteWatch()
@@ -665,9 +656,9 @@ class StreamConsumer:
         """Tell the others this consumer is alive (and what it has done); a write, so it
         also finds out whether Redis takes writes, and records the spell when it did not."""
         try:
-            await write_heartbeat(
-                self.redis, self.reader.heartbeats, self.reader.consumer, self.role,
-                self.reader.group, ack_replicas=self.ack_replicas, **self.stats(),
+            await beat(
+                self.redis, self.keys, self.reader.consumer, self.role, self.reader.group,
+                ack_replicas=self.ack_replicas, **self.stats(),
             )  # fmt: skip
         except WRITES_REFUSED:
             self.write_watch.refused()
@@ -712,17 +703,23 @@ class StreamConsumer:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Serve until `stop` is set; no failure ends the loop. Leaves cleanly at the end.
 
-        Beside the loop, two tasks: the heartbeat, and housekeeping (trimming, forgetting
-        dead consumers, the stats line), so neither ever delays a batch.
+        Beside the loop, two tasks: the heartbeat (`beating`), and housekeeping (trimming,
+        forgetting dead consumers, the stats line), so neither ever delays a batch.
         """
         stop = stop or asyncio.Event()
-        done = asyncio.Event()
         name = self.reader.consumer
         await self._serve_ready(stop)
-        background = [
-            asyncio.create_task(self._every(HEARTBEAT_EVERY_S, self.heartbeat, done)),
-            asyncio.create_task(self._every(TRIM_EVERY_S, self.housekeeping, done)),
-        ]
+        try:
+            async with beating(self.redis, self.keys, name, self.heartbeat):
+                await self._serve(stop)
+        finally:
+            log.info("%s stopped", name)
+
+    async def _serve(self, stop: asyncio.Event) -> None:
+        """`run`'s loop beside housekeeping, until `stop`; then leave the groups."""
+        done = asyncio.Event()
+        name = self.reader.consumer
+        housekeeping = asyncio.create_task(self._every(TRIM_EVERY_S, self.housekeeping, done))
         try:
             while not stop.is_set():
                 try:
@@ -749,11 +746,9 @@ class StreamConsumer:
         finally:
             done.set()
             await self.reader.close()
-            await asyncio.wait(background, timeout=2.0)
+            await asyncio.wait([housekeeping], timeout=2.0)
             with contextlib.suppress(Exception):
                 await self.reader.leave()
-                await self.redis.hdel(self.reader.heartbeats, name)
-            log.info("%s stopped", name)
 
     async def _serve_ready(self, stop: asyncio.Event) -> None:
         """Create the groups (retrying while Redis is away), then say so."""
@@ -776,11 +771,7 @@ class StreamConsumer:
         for stream in self.reader.streams if self.trim_groups else ():
             await trim_acknowledged(self.redis, stream, self.trim_groups)
         await self.reader.forget_dead_consumers()
-        beats: Any = await self.redis.hgetall(self.reader.heartbeats)
-        now = now_ms()
-        old = [k for k, v in beats.items() if now - (_beat_time(v) or 0) > FORGET_AFTER_MS]
-        if old:
-            await self.redis.hdel(self.reader.heartbeats, *old)
+        await forget_old(self.redis, self.keys)
         if log.isEnabledFor(logging.INFO):
             await self._log_stats()
 

@@ -31,9 +31,9 @@ from typing import Protocol
 
 from schemas.tokens import MAX_GRACE_MS, SEND_GRACE_MS, clock_stamp
 from services.bus.connection import Client
-from services.bus.consumer import now_ms
 from services.bus.keys import Keys
 from services.bus.scripts import Script
+from services.bus.text import now_ms
 
 #: The mark of a clock whose turn reached its bot: "<id>|<seq>|took"; of one held while
 #: its bot prepares for the game: "<id>|<seq>|held" (the bot's too, due at the latest).

@@ -18,8 +18,8 @@ from typing import Any
 
 from schemas.codec import FIELD_BYTES
 from services.bus.connection import TRANSIENT_ERRORS, Client, is_cluster
-from services.bus.consumer import as_text
 from services.bus.keys import Keys
+from services.bus.text import as_text
 
 log = logging.getLogger("agon.bus")
 

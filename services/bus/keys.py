@@ -51,6 +51,8 @@ ENGINE_GROUP = "engine"
 WORKERS_GROUP = "workers"
 PROJECTOR_GROUP = "projector"
 DISPATCHER_GROUP = "dispatcher"
+#: Groups that read the feeds: an entry is trimmed once all of them have acknowledged it.
+FEED_GROUPS = (PROJECTOR_GROUP, DISPATCHER_GROUP)
 
 
 def partition_of(game_id: str, partitions: int = DEFAULT_PARTITIONS) -> int:

@@ -19,8 +19,8 @@ from typing import Any
 
 from schemas.tokens import token_hash
 from services.bus.connection import Client
-from services.bus.consumer import as_text, now_ms
 from services.bus.keys import Keys
+from services.bus.text import as_text, now_ms
 
 #: Names of the platform's own actors and roles: system command ids start with some of
 #: them (`timeout:<game>:<seq>`, `unserved:...`, `cancel:...`, `tour:...`, `create:...`,

@@ -16,8 +16,8 @@ from typing import Any
 
 from services.bus.clients import QueryClient
 from services.bus.connection import Client
-from services.bus.consumer import as_text
 from services.bus.keys import Keys
+from services.bus.text import as_text
 
 #: A game unchanged this long, past its deadline by as much (or a bot to move), with no
 #: clock set for its turn is stuck.

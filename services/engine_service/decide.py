@@ -24,7 +24,7 @@ no principal, and nothing is looked up or remembered for it.
 
 `ImportGame` creates a game from a finished game's exported log: checked as `agon verify`
 checks a log (hash chain, seqs, a replay move for move), then appended whole, re-keyed to
-the new id and re-chained (`services.export`).
+the new id and re-chained (`services.gamelog.export`).
 """
 
 from __future__ import annotations
@@ -83,8 +83,8 @@ from schemas.tokens import (
 )
 from services.bus.clients import LogEntry
 from services.bus.outages import paused_ms
-from services.export import log_problems, rekeyed
-from services.projector.fold import GameFold, fold
+from services.gamelog.export import log_problems, rekeyed
+from services.gamelog.fold import GameFold, fold
 
 
 class Reject(Exception):
@@ -378,12 +378,12 @@ class Rules:
     def _import(rec: GameRecord | None, cmd: ImportGame) -> Decision:
         """A finished game's exported log as a new game: checked as `agon verify` checks a
         log (hash chain, seqs, a replay move for move), then appended re-keyed to the new id
-        and re-chained, with its times, seats, moves and result (`services.export.rekeyed`).
+        and re-chained, with its times, seats, moves and result (`services.gamelog.export.rekeyed`).
         """
         if rec is not None:
             raise Reject("stale_seq", f"game {cmd.game_id} already exists (log at {rec.head})")
         # The maps are the exported ones, keys as stored: packed again they are the
-        # original bytes, which the chain links (`services.export`).
+        # original bytes, which the chain links (`services.gamelog.export`).
         entries = [
             LogEntry(n, msgpack.packb(ev, use_bin_type=True))
             for n, ev in enumerate(cmd.events, start=1)

@@ -33,7 +33,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 from schemas.codec import (
     FIELD,
@@ -53,14 +53,15 @@ from services.bus.clients import REPLY_MAXLEN, REPLY_TTL_MS, log_entries
 from services.bus.connection import Client
 from services.bus.consumer import (
     DEAD_LETTER_MAXLEN,
+    ConsumerOptions,
+    ConsumerSettings,
     Entry,
     StreamConsumer,
     dead_letter_fields,
-    id_ms,
-    now_ms,
 )
 from services.bus.keys import ENGINE_GROUP, Keys
 from services.bus.secret import shared_secret
+from services.bus.text import id_ms, now_ms
 from services.engine_service.decide import (
     GameRecord,
     Reject,
@@ -142,36 +143,25 @@ class EngineService(StreamConsumer):
 
     role = "engine"
     trim_groups = (ENGINE_GROUP,)
+    defaults = ConsumerSettings(batch=256, claim_idle_ms=10_000, cache_size=10_000)
 
     def __init__(
         self,
         redis: Client,
         keys: Keys | None = None,
         *,
-        consumer: str | None = None,
         secret: bytes | None = None,
-        batch: int = 256,
-        block_ms: int = 1000,
-        claim_idle_ms: int = 10_000,
-        cache_size: int = 10_000,
         clock: Callable[[], int] = now_ms,
         reply_ttl_ms: int = 24 * 3_600_000,
-        replicas: int = 0,
-        replica_timeout_ms: int = 1000,
+        settings: ConsumerSettings | None = None,
+        **options: Unpack[ConsumerOptions],
     ) -> None:
         keys = keys or Keys()
         self._streams = {keys.commands(p): p for p in keys.all_partitions()}
         self.join(
-            redis,
-            keys,
-            list(self._streams),
-            ENGINE_GROUP,
-            consumer,
-            batch=batch,
-            block_ms=block_ms,
-            claim_idle_ms=claim_idle_ms,
-            max_deliveries=MAX_DELIVERIES,
-        )
+            redis, keys, list(self._streams), ENGINE_GROUP, settings,
+            max_deliveries=MAX_DELIVERIES, **options,
+        )  # fmt: skip
         self.consumer = self.reader.consumer
         # With `replicas`, nothing is reported done (replied to, acknowledged) before that
         # many replicas hold it: a master that dies then loses no acknowledged event.
@@ -179,8 +169,8 @@ class EngineService(StreamConsumer):
             redis,
             keys,
             reply_ttl_ms=reply_ttl_ms,
-            replicas=replicas,
-            replica_timeout_ms=replica_timeout_ms,
+            replicas=self.replicas,
+            replica_timeout_ms=self.replica_timeout_ms,
         )
         #: the rules, once the secret is known (`setup`)
         self.rules = Rules(secret) if secret is not None else None
@@ -189,7 +179,7 @@ class EngineService(StreamConsumer):
         # engine's clock judges them by that clock instead.
         self._by_arrival = clock is now_ms
         self.counts = EngineStats()
-        self._cache: LRU[str, GameRecord] = LRU(cache_size)
+        self._cache: LRU[str, GameRecord] = LRU(self.settings.cache_size)
         self._flushing: asyncio.Future[None] | None = None
         self._outages_due = 0.0
 

@@ -49,6 +49,7 @@ from schemas.commands import PlayMove, Resign
 from schemas.replies import Reply
 from schemas.tokens import bot_token, token_hash
 from services.bus.registry import Refused, reserved
+from services.gamelog.fold import GameFold
 from services.gateway import appkeys
 from services.gateway.games import within_quota
 from services.gateway.http import (
@@ -66,7 +67,6 @@ from services.gateway.http import (
 from services.gateway.live import KEY_CACHE_S
 from services.gateway.sockets import send, socket_loop
 from services.gateway.turns import Turns, ready_param, serve_turns, stream_slot
-from services.projector.fold import GameFold
 
 #: The status of each refusal of the registry.
 REGISTRY_STATUS = {"name_taken": 409, "name_reserved": 409}

@@ -27,10 +27,11 @@ from schemas.codec import unpack
 from schemas.commands import CreateGame, PlayMove, Resign, SeatPlayer, SeatSpec
 from schemas.replies import Accepted, Reply
 from schemas.tokens import token_hash
-from services import export
 from services.archive import ARCHIVED, Archive, ArchiveError, open_archive
 from services.bus import quotas
 from services.bus.clients import STATUSES, LogEntry
+from services.gamelog import export
+from services.gamelog.fold import GameFold
 from services.gateway import appkeys
 from services.gateway.caching import cacheable
 from services.gateway.http import (
@@ -48,7 +49,6 @@ from services.gateway.http import (
 )
 from services.gateway.live import LiveEvent, follow
 from services.gateway.views import api_view, fold_at, start, views_of
-from services.projector.fold import GameFold
 
 MAX_PAGE = 200
 #: How long a client may reuse a page of the list (seconds): games come and go.

@@ -5,7 +5,7 @@ anyone: it takes a registered bot's key (`bots.authenticate`; 401 `bad_key` with
 and spends that bot's import quota, shared by every gateway (`games.within_quota`; 429
 `quota_exceeded`). The file may be signed or not (its signature line is dropped); either
 way the engine checks the chain, replays the game and marks it imported
-(`services.export.rekeyed`), so it is listed and replayable but never counts in ratings,
+(`services.gamelog.export.rekeyed`), so it is listed and replayable but never counts in ratings,
 leaderboards, tournaments or bot health. It lives apart from `games` because `bots`
 already reaches `games` (through `sockets`).
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from schemas.base import new_command_id, new_game_id
-from services import export
+from services.gamelog import export
 from services.gateway.bots import authenticate
 from services.gateway.games import within_quota
 from services.gateway.http import ApiError, refused, respond, submit

@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from services.bus.consumer import now_ms
 from services.bus.keys import Keys
+from services.bus.text import now_ms
 from services.tournament.results import game_records, ranked, results_version
 
 log = logging.getLogger("agon.gateway")

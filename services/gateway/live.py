@@ -32,11 +32,12 @@ from schemas.api import EventMessage
 from schemas.codec import DecodeError, unpack
 from services.bus.clients import QueryClient
 from services.bus.connection import TRANSIENT_ERRORS, Client, is_cluster
-from services.bus.consumer import as_text, heartbeat_value
 from services.bus.delivery import Lag
 from services.bus.feeds import FeedTail
 from services.bus.keys import WORKERS_GROUP, Keys
-from services.export import export_line
+from services.bus.presence import EVERY_S, beat_value
+from services.bus.text import as_text
+from services.gamelog.export import export_line
 
 log = logging.getLogger("agon.gateway")
 
@@ -53,8 +54,6 @@ QUIET_TICK_S = 0.25
 #: of a few costs the gateway as much as one of many. A new listener wakes it at once.
 IDLE_PAUSE_S = 0.05
 
-#: How often the reader beats for the bots it serves (the dispatcher's `alive_ms` is 2 s).
-HEARTBEAT_S = 0.5
 #: How long a gateway trusts a bot key it has looked up: a key rotated or revoked elsewhere
 #: (another gateway, the CLI) is refused here, and its streams end, within this.
 KEY_CACHE_S = 5.0
@@ -455,7 +454,8 @@ class TurnReader:
             await asyncio.sleep(POLL_S)
 
     async def _beat(self, stop: asyncio.Event) -> None:
-        """One HSET for every bot served here; a bot no longer served loses its beat."""
+        """One HSET for every bot served here, every `EVERY_S` (`services.bus.presence`: a
+        beat is one field per process); a bot no longer served loses its beat."""
         beaten: set[str] = set()
         heartbeats = self.keys.processes()
         checked = time.monotonic()
@@ -477,7 +477,7 @@ class TurnReader:
                         await self.redis.hdel(heartbeats, *map(self._consumer, gone))
                     beaten = served
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), HEARTBEAT_S)
+                    await asyncio.wait_for(stop.wait(), EVERY_S)
         finally:
             if beaten | set(self.bots):
                 with contextlib.suppress(Exception):
@@ -506,4 +506,4 @@ class TurnReader:
     @staticmethod
     def _beat_of(bot: str, lag: dict[str, int]) -> str:
         """What a bot worker's heartbeat says, from the gateway that serves its streams."""
-        return heartbeat_value(f"bot-{bot}", WORKERS_GROUP, via="gateway", **lag)
+        return beat_value(f"bot-{bot}", WORKERS_GROUP, via="gateway", **lag)

@@ -2,8 +2,8 @@
 
 Counters and histograms live in a registry per application (never the process-global
 one, so two gateways in one process, as in tests, do not collide). Consumer lag and
-pending entries per group, and live games, are read from Redis when Prometheus scrapes:
-they are the pipeline's state, not this process's.
+pending entries per group (`services.bus.presence`), and live games, are read from Redis
+when Prometheus scrapes: they are the pipeline's state, not this process's.
 
 By default `/metrics` is served on the gateway's own site to anyone, as before. An operator
 can serve it on a port of its own instead (`--metrics-host/--metrics-port`; the main site
@@ -13,16 +13,14 @@ never logged).
 
 from __future__ import annotations
 
-import contextlib
-import json
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from services.bus.admission import platform_lag
 from services.bus.connection import Client
-from services.bus.consumer import as_text
 from services.bus.keys import Keys
+from services.bus.presence import beats_of, group_totals, rows_of
 
 LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 
@@ -87,27 +85,14 @@ class Metrics:
         beats = answers.pop()
         if not isinstance(beats, Exception):
             self._turns(beats)
-        lag: dict[str, int] = {}
-        pending: dict[str, int] = {}
-        for groups in answers[: len(streams)]:
-            if isinstance(groups, Exception):
-                continue  # no such stream yet
-            for g in groups:
-                name = as_text(g["name"])
-                lag[name] = lag.get(name, 0) + int(g.get("lag") or 0)
-                pending[name] = pending.get(name, 0) + int(g["pending"])
-        for name, value in lag.items():
-            self.lag.labels(group=name).set(value)
-        for name, value in pending.items():
-            self.pending.labels(group=name).set(value)
+        rows = rows_of(streams, answers[: len(streams)])  # none for a stream not there yet
+        for name, (lag, pending) in group_totals(rows).items():
+            self.lag.labels(group=name).set(lag)
+            self.pending.labels(group=name).set(pending)
         self.live_games.set(sum(int(n) for n in answers[len(streams) :] if isinstance(n, int)))
 
     def _turns(self, beats: dict[Any, Any]) -> None:
-        parsed = {}
-        for name, value in beats.items():
-            with contextlib.suppress(ValueError):
-                parsed[as_text(name)] = json.loads(value)
-        lag = platform_lag(parsed)
+        lag = platform_lag(beats_of(beats))
         self.turn_lag.labels(stage="delivery").set(lag.lag_ms)
         self.turn_lag.labels(stage="send").set(lag.send_ms)
         self.undelivered.set(lag.late)

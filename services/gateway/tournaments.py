@@ -19,7 +19,7 @@ from redis.exceptions import NoPermissionError
 
 from engine import game_names
 from schemas.tournaments import TOURNAMENT_ID_RE, TournamentSpec, new_tournament_id
-from services.bus.consumer import now_ms
+from services.bus.text import now_ms
 from services.gateway import appkeys
 from services.gateway.caching import cacheable
 from services.gateway.http import ApiError, int_param, operator, read_body, respond

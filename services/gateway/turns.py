@@ -48,13 +48,13 @@ from schemas.api import EndedMessage, ErrorMessage, PrepareMessage, TurnMessage
 from schemas.codec import FIELD_BYTES, DecodeError, decode_turn
 from schemas.events import NO_RESULT_REASONS
 from schemas.turns import TurnRequest
-from services.bus.consumer import as_text
 from services.bus.delivery import Delivered, holdable
+from services.bus.text import as_text
+from services.gamelog.fold import GameFold
 from services.gateway import appkeys
 from services.gateway.botstreams import GameType, game_type
 from services.gateway.http import ApiError
 from services.gateway.live import EndedListener
-from services.projector.fold import GameFold
 
 log = logging.getLogger("agon.gateway")
 

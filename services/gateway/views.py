@@ -20,7 +20,7 @@ from schemas.codec import unpack_event
 from schemas.events import NO_RESULT_REASONS
 from services.bus.cache import LRU
 from services.bus.clients import LogEntry, QueryClient
-from services.projector.fold import GameFold, by_ply
+from services.gamelog.fold import GameFold, by_ply
 
 #: Overflow's houses: the odd-phase squares are seat colour 1's, the others colour 2's.
 OVERFLOW = "overflow"

@@ -1,12 +1,12 @@
 """The projector: read models folded from the game logs.
 
-`fold` is the one fold of a game's events; `registry` declares every read model (its keys
-and one game's cells) and the guarded write; `live` keeps them up to date from the feeds;
-`rebuild` recomputes them from the logs (safe while play goes on); `verify` checks every
-log and compares the read models with what the logs imply.
+The fold of a game's events is the game log's (`services.gamelog.fold`); `registry`
+declares every read model (its keys and one game's cells) and the guarded write; `live`
+keeps them up to date from the feeds; `rebuild` recomputes them from the logs (safe while
+play goes on); `verify` checks every log and compares the read models with what the logs
+imply. Of the services, only the CLI and the archive import it (`tests/test_layers.py`).
 """
 
-from services.projector.fold import GameFold, fold
 from services.projector.live import Projector
 from services.projector.rebuild import RebuildStats, rebuild
 from services.projector.registry import READ_MODELS
@@ -14,12 +14,10 @@ from services.projector.verify import VerifyReport, compare_read_models, snapsho
 
 __all__ = [
     "READ_MODELS",
-    "GameFold",
     "Projector",
     "RebuildStats",
     "VerifyReport",
     "compare_read_models",
-    "fold",
     "rebuild",
     "snapshot",
     "verify",

@@ -18,22 +18,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from schemas.codec import FIELD, DecodeError, unpack, unpack_event
 from schemas.events import EventMap
 from services.bus.cache import LRU
 from services.bus.clients import log_entries
 from services.bus.connection import Client, ReplicasBehind
-from services.bus.consumer import Entry, StreamConsumer
-from services.bus.keys import DISPATCHER_GROUP, PROJECTOR_GROUP, Keys
-from services.projector.fold import GameFold, fold
+from services.bus.consumer import ConsumerOptions, ConsumerSettings, Entry, StreamConsumer
+from services.bus.keys import FEED_GROUPS, PROJECTOR_GROUP, Keys
+from services.gamelog.fold import GameFold, fold
 from services.projector.registry import Write, head_of, unconfirmed, write
 
 log = logging.getLogger("agon.projector")
-
-#: Groups that read the feeds: an entry is trimmed once all of them have acknowledged it.
-FEED_GROUPS = (PROJECTOR_GROUP, DISPATCHER_GROUP)
 
 
 def feed_event(entry: Entry) -> EventMap:
@@ -58,33 +55,20 @@ class Projector(StreamConsumer):
         redis: Client,
         keys: Keys | None = None,
         *,
-        consumer: str | None = None,
-        batch: int = 1000,
-        block_ms: int = 1000,
-        claim_idle_ms: int = 30_000,
-        cache_size: int = 20_000,
-        replicas: int = 0,
-        replica_timeout_ms: int = 1000,
+        settings: ConsumerSettings | None = None,
+        **options: Unpack[ConsumerOptions],
     ) -> None:
         keys = keys or Keys()
-        self.join(
-            redis,
-            keys,
-            [keys.feed(p) for p in keys.all_partitions()],
-            PROJECTOR_GROUP,
-            consumer,
-            batch=batch,
-            block_ms=block_ms,
-            claim_idle_ms=claim_idle_ms,
-        )
-        self.replicas = replicas
-        self.replica_timeout_ms = replica_timeout_ms
+        feeds = [keys.feed(p) for p in keys.all_partitions()]
+        self.join(redis, keys, feeds, PROJECTOR_GROUP, settings, **options)
         #: events read, game writes done, games folded again from their logs
         self.events = 0
         self.writes = 0
         self.refolds = 0
         #: per game: its fold, and the cells that fold last wrote
-        self._cache: LRU[str, tuple[GameFold, dict[tuple[str, str], Any] | None]] = LRU(cache_size)
+        self._cache: LRU[str, tuple[GameFold, dict[tuple[str, str], Any] | None]] = LRU(
+            self.settings.cache_size
+        )
 
     def stats(self) -> dict[str, int]:
         return {

@@ -33,10 +33,10 @@ from redis.exceptions import WatchError
 from schemas.events import NO_RESULT_REASONS
 from services.bus.clients import STATUSES
 from services.bus.connection import Client, scan_keys
-from services.bus.consumer import as_text
 from services.bus.keys import Keys
 from services.bus.scripts import Script
-from services.projector.fold import GameFold, dumps
+from services.bus.text import as_text
+from services.gamelog.fold import GameFold, dumps
 
 Kind = Literal["string", "zset", "hash"]
 
@@ -118,7 +118,7 @@ class GameIndex:
 
 def imported(game: GameFold) -> bool:
     """Whether a game was imported (`ImportGame`): the engine marks its `GameCreated`
-    (`services.export.rekeyed`), whatever the file said. An import proves only that someone
+    (`services.gamelog.export.rekeyed`), whatever the file said. An import proves only that someone
     holds a log that chains and replays, not that the game was played here: it never counts
     in the competition read models (results, ratings, leaderboards, tournaments, bot health),
     and its cells there are stated absent, so a rebuild also drops any recorded before."""

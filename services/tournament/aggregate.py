@@ -31,8 +31,8 @@ from schemas.tournaments import (
     TournamentEnded,
     TournamentSpec,
 )
-from services.stats.results import GameResult, pair_stats, standings
 from services.stats.sprt import Pentanomial, Sprt, SprtStatus
+from services.stats.standings import GameResult, pair_stats, standings
 from services.tournament import pairing
 
 #: A scheduled game ended by the platform is played again at most this many times.

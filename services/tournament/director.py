@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import zlib
 from collections.abc import Sequence
@@ -38,16 +37,11 @@ from schemas.tournaments import TournamentEnded
 from services.bus.admission import Admission, PlatformLag, platform_lag
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import TRANSIENT_ERRORS, Client
-from services.bus.consumer import (
-    DEAD_AFTER_MS,
-    HEARTBEAT_EVERY_S,
-    as_text,
-    consumer_name,
-    now_ms,
-    write_heartbeat,
-)
+from services.bus.consumer import consumer_name
 from services.bus.keys import Keys
+from services.bus.presence import alive, beat, beating, processes
 from services.bus.secret import shared_secret
+from services.bus.text import now_ms
 from services.tournament.aggregate import End, Tournament, decide
 from services.tournament.store import TournamentStore
 
@@ -103,39 +97,25 @@ class Director:
             except TRANSIENT_ERRORS as exc:
                 log.warning("%s: Redis unavailable (%s); retrying", self.name, exc)
                 await asyncio.sleep(0.5)
-        done = asyncio.Event()
-        beating = asyncio.create_task(self._beat(done))
         log.warning("%s ready: directing %s", self.name, self.only or "its share of tournaments")
         try:
-            while not stop.is_set():
-                try:
-                    await self.drain()
-                except TRANSIENT_ERRORS as exc:  # Redis away, a failover: one line, go on
-                    log.warning("%s: Redis unavailable (%s); retrying", self.name, exc)
-                except Exception:  # a bad pass must not end the director: log it, go on
-                    log.exception("director: a pass failed; trying again")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.every_s)
+            async with beating(self.redis, self.keys, self.name, self._beat):
+                while not stop.is_set():
+                    try:
+                        await self.drain()
+                    except TRANSIENT_ERRORS as exc:  # Redis away, a failover: one line, go on
+                        log.warning("%s: Redis unavailable (%s); retrying", self.name, exc)
+                    except Exception:  # a bad pass must not end the director: log it, go on
+                        log.exception("director: a pass failed; trying again")
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), self.every_s)
         finally:
-            done.set()
-            await asyncio.wait([beating], timeout=2.0)
-            with contextlib.suppress(Exception):
-                await self.redis.hdel(self.keys.processes(), self.name)
             log.info("%s stopped", self.name)
 
-    async def _beat(self, done: asyncio.Event) -> None:
-        """Tell the other directors (and `agon status`) that this one is alive, until `done`."""
+    async def _beat(self) -> None:
+        """Tell the other directors (and `agon status`) that this one is alive."""
         extra = {"tournament": self.only} if self.only else {}
-        while not done.is_set():
-            try:
-                await write_heartbeat(
-                    self.redis, self.keys.processes(), self.name, self.role, "",
-                    **self.stats(), **extra,
-                )  # fmt: skip
-            except Exception as exc:
-                log.debug("%s: heartbeat failed: %s", self.name, exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(done.wait(), HEARTBEAT_EVERY_S)
+        await beat(self.redis, self.keys, self.name, self.role, "", **self.stats(), **extra)
 
     async def drain(self) -> int:
         """One pass over the tournaments; the number of events appended and games created."""
@@ -156,17 +136,11 @@ class Director:
 
     async def _peers(self) -> list[str]:
         """The live directors that share the active tournaments out, this one among them."""
-        beats: Any = await self.redis.hgetall(self.keys.processes())
         now = now_ms()
         peers = {self.name}
-        for name, raw in beats.items():
-            try:
-                beat = json.loads(raw)
-                fresh = now - int(beat["time"]) <= DEAD_AFTER_MS
-            except (ValueError, KeyError, TypeError):
-                continue
-            if beat.get("role") == self.role and not beat.get("tournament") and fresh:
-                peers.add(as_text(name))
+        for name, b in (await processes(self.redis, self.keys)).items():
+            if b.role == self.role and not b.stats.get("tournament") and alive(b, now):
+                peers.add(name)
         return sorted(peers)
 
     async def advance(self, tournament_id: str) -> int:

@@ -3,7 +3,7 @@
 The records are the projector's (`registry.Results`: one per finished game, in its
 partition, never an imported one's); this module reads them from every partition and
 turns them into what people look at, through the pure functions of
-`services.stats.results`: standings with tie-breaks, the crosstable, terminations and
+`services.stats.standings`: standings with tie-breaks, the crosstable, terminations and
 faults, per-bot health, each pair's Elo with error bars, LOS and pentanomial counts,
 Glicko-2 ratings, and a match's SPRT. Leaderboards replay every record of a game's rules,
 so the gateway computes them once per `results_version` (`gateway.leaderboards.Leaderboards`).
@@ -20,7 +20,8 @@ from typing import Any
 
 from services.bus.connection import Client
 from services.bus.keys import Keys
-from services.stats.results import (
+from services.stats.sprt import Pentanomial
+from services.stats.standings import (
     GameResult,
     crosstable,
     faults,
@@ -30,7 +31,6 @@ from services.stats.results import (
     standings,
     terminations,
 )
-from services.stats.sprt import Pentanomial
 from services.tournament.aggregate import Tournament, sprt_test
 
 
@@ -264,10 +264,6 @@ def _sprt_trajectory(t: Tournament, counted: Sequence[GameResult]) -> dict[str, 
         "penta": penta,
         "trajectory": llrs,
     }
-
-
-def _penta(counts: list[int]) -> Pentanomial:
-    return Pentanomial((counts[0], counts[1], counts[2], counts[3], counts[4]))
 
 
 CSV_FIELDS = ("rank", "name", "points", "games", "wins", "losses", "draws", "buchholz",

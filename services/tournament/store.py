@@ -15,9 +15,9 @@ from pydantic import TypeAdapter
 from schemas.codec import FIELD, FIELD_BYTES, encode, unpack
 from schemas.tournaments import TournamentCreated, TournamentEvent, TournamentSpec
 from services.bus.connection import Client
-from services.bus.consumer import as_text
 from services.bus.keys import Keys
 from services.bus.scripts import Script
+from services.bus.text import as_text
 from services.tournament.aggregate import Event, Tournament
 
 _EVENTS: TypeAdapter[TournamentEvent] = TypeAdapter(TournamentEvent)

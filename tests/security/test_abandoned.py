@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from services.bus.consumer import now_ms
+from services.bus.text import now_ms
 from services.dispatcher import Dispatcher
 from tests.gateway import Arena, new_game, until
 from tests.security.attacks import report

@@ -23,7 +23,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from schemas.tournaments import TournamentSpec, new_tournament_id
-from services.bus.consumer import now_ms
+from services.bus.text import now_ms
 from services.gateway import GatewaySettings
 from services.gateway.guard import SECURITY_HEADERS
 from services.gateway.serve import serving

@@ -29,7 +29,7 @@ from services.bus.clients import QueryClient
 from services.bus.keys import Keys
 from services.bus.quotas import Quota
 from services.bus.secret import shared_secret
-from services.export import export_line, read_jsonl, signature_line
+from services.gamelog.export import export_line, read_jsonl, signature_line
 from services.gateway.settings import IMPORT_QUOTA
 from services.tournament.store import TournamentStore
 from tests.gateway import Arena, new_game, play_out, running_arena, until, view
@@ -44,7 +44,7 @@ TOURNAMENT = {"format": "round-robin", "game": "teeko", "bots": ["greedy", "rand
 # -- the forger's tools ----------------------------------------------------------------------
 def forged(exported: str, tournament: str | None = None) -> str:
     """An export edited as a forger would: the two players swapped (and, given one, the game
-    placed in `tournament`), then chained again, every line as `services.export` writes it.
+    placed in `tournament`), then chained again, every line as `services.gamelog.export` writes it.
     The signature line, if any, is dropped: the forger has no key to sign with."""
     events: list[dict[str, Any]] = [unpack(e.data) for e in read_jsonl(exported)]
     first = events[0]

@@ -23,8 +23,8 @@ import redis.asyncio as aioredis
 from schemas.codec import FIELD, FIELD_BYTES, encode, unpack
 from schemas.commands import CreateGame, SeatPlayer, SeatSpec
 from services.bus import outages
-from services.bus.consumer import now_ms
 from services.bus.keys import Keys
+from services.bus.text import now_ms
 from services.dispatcher import RECHECK_MS, TIMEOUT_GRACE_MS, Dispatcher
 from services.engine_service import EngineService
 from services.projector import verify

@@ -31,8 +31,8 @@ from schemas.codec import encode, unpack
 from schemas.commands import SeatSpec
 from schemas.events import GameCreated, GameEnded
 from services.bus.keys import Keys
+from services.gamelog.fold import GameFold
 from services.gateway import GatewaySettings, init_app
-from services.projector.fold import GameFold
 from services.projector.registry import Write, write
 from tests.gateway import Arena, new_game
 from tests.security.attacks import report, scale

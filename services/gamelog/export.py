@@ -31,14 +31,15 @@ Text: a record like a PGN: `[Name "value"]` headers (game, options, seats, resul
 reason, times in ISO-8601 UTC, id), a blank line, one numbered move per line with the seat
 that played it, then the result. It never shows tokens or token hashes.
 
-Import: `log_problems` checks a log as `agon verify` does (`chain_problems`,
-`replay_problems`), and `rekeyed` gives its events under a new game id, re-chained, the
-`GameCreated` naming the original in `imported_from`: the engine's mark, set whatever the
-file says, which every competition read model skips (an import never counts in ratings,
-leaderboards, tournaments or bot health). A file's `tournament` is dropped, so a forged log
-cannot name itself into a tournament. Everything else is kept: seqs, times, command ids,
-seats (with their token hashes: the game is over, so no token is ever checked against them
-again), moves and the result. A signature line is accepted and dropped (`read_jsonl`).
+Import: `log_problems` checks a log as `agon verify` does (`chain_problems` and
+`replay_problems` of `services.gamelog.checks`), and `rekeyed` gives its events under a new
+game id, re-chained, the `GameCreated` naming the original in `imported_from`: the engine's
+mark, set whatever the file says, which every competition read model skips (an import never
+counts in ratings, leaderboards, tournaments or bot health). A file's `tournament` is
+dropped, so a forged log cannot name itself into a tournament. Everything else is kept:
+seqs, times, command ids, seats (with their token hashes: the game is over, so no token is
+ever checked against them again), moves and the result. A signature line is accepted and
+dropped (`read_jsonl`).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ from schemas.events import (
     PlayerSeated,
 )
 from services.bus.clients import LogEntry
-from services.projector.verify import chain_problems, replay_problems
+from services.gamelog.checks import chain_problems, replay_problems
 
 __all__ = [
     "RAW",

@@ -1,0 +1,219 @@
+"""Presence: who is alive, from one heartbeat per process, and how far behind each group is.
+
+Every running process beats: the consumers (engines, projectors, dispatchers, bot workers),
+the directors, the gateways, and a gateway once more for each outside bot it streams to.
+A beat is one field of the `Keys.processes` hash, named after the process, holding a JSON
+object: role, group, time (ms), pid, host, and whatever else the process tells (its
+counters, `ack_replicas`, a gateway's url: `Beat.stats`). A process beats every `EVERY_S`
+(`beating`) and removes its beat when it stops; it counts as alive while its last beat is
+at most `ALIVE_MS` old (`alive`). That one rule serves everyone who asks: a consumer
+claiming a dead one's entries, the directors sharing the tournaments out, the dispatcher
+telling a served bot from an unserved one, admission control counting a bot process's lag,
+`agon status`. (As arq keeps one key with a TTL and checks it one way; a hash field has no
+TTL of its own, so the time is in the beat, and housekeeping drops beats older than
+`FORGET_AFTER_MS`, left by processes that were killed.)
+
+The pipeline's backlog is read one way too: `group_rows` turns XINFO GROUPS of some streams
+into a row per stream and group (lag: entries not yet delivered to the group; pending:
+delivered, not yet acknowledged), and `group_totals` sums them per group, for the
+consumers' stats line, the gateway's metrics, `agon status` and the load benchmark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.bus.connection import Client
+from services.bus.keys import Keys
+from services.bus.text import as_text, now_ms
+
+log = logging.getLogger("agon.bus")
+
+#: How often a running process beats: four beats in `ALIVE_MS`, so one late beat is no death.
+EVERY_S = 0.25
+#: A process whose last beat is at most this old is alive; older, its work goes to others
+#: (a killed bot worker's turn is answered by another well inside a 2 s move clock).
+ALIVE_MS = 1_000
+#: Beats older than this (of processes killed before they could remove theirs) are dropped.
+FORGET_AFTER_MS = 3_600_000
+#: The fields that say who beats; every other field is in `Beat.stats`.
+FIELDS = ("role", "group", "time", "pid", "host")
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """A process's last heartbeat, as `beat_value` stores it."""
+
+    role: str
+    #: its consumer group ("" for a process that is not a consumer: director, gateway)
+    group: str = ""
+    #: when it beat (ms since the epoch); 0 for a beat that does not say
+    time: int = 0
+    pid: int | None = None
+    host: str | None = None
+    #: everything else it told: counters, `ack_replicas`, a gateway's `url`, ...
+    stats: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, raw: bytes | str | None) -> Beat | None:
+        """A stored beat; None for a missing one or one that is not a JSON object."""
+        if raw is None:
+            return None
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(data, dict):
+            return None
+        return cls(
+            role=str(data.get("role", "?")),
+            group=str(data.get("group") or ""),
+            time=_time(data.get("time")),
+            pid=data.get("pid"),
+            host=data.get("host"),
+            stats={k: v for k, v in data.items() if k not in FIELDS},
+        )
+
+
+def _time(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def alive(beat: Beat | None, now: int) -> bool:
+    """Whether the process that beat `beat` counts as alive at `now`: the one rule."""
+    return beat is not None and now - beat.time <= ALIVE_MS
+
+
+def beat_value(role: str, group: str, **stats: Any) -> str:
+    """A beat as stored: role, group, time, process and host, and `stats`."""
+    fields = {
+        "role": role,
+        "group": group,
+        "time": now_ms(),
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        **stats,
+    }
+    return json.dumps(fields)
+
+
+async def beat(redis: Client, keys: Keys, name: str, role: str, group: str, **stats: Any) -> None:
+    """Write one beat of process `name`."""
+    await redis.hset(keys.processes(), name, beat_value(role, group, **stats))
+
+
+@contextlib.asynccontextmanager
+async def beating(
+    redis: Client, keys: Keys, name: str, send: Callable[[], Awaitable[object]]
+) -> AsyncIterator[None]:
+    """While inside, `send()` a beat of process `name` every `EVERY_S` (a failure, Redis
+    away, is logged at debug level and the next beat tries again); on the way out the
+    beating stops and the beat is removed, so nobody waits `ALIVE_MS` to learn it is gone."""
+    done = asyncio.Event()
+
+    async def loop() -> None:
+        while not done.is_set():
+            try:
+                await send()
+            except Exception as exc:
+                log.debug("%s: heartbeat failed: %s", name, exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), EVERY_S)
+
+    task = asyncio.create_task(loop())
+    try:
+        yield
+    finally:
+        done.set()
+        await asyncio.wait([task], timeout=2.0)
+        with contextlib.suppress(Exception):
+            await redis.hdel(keys.processes(), name)
+
+
+def beats_of(raw: Mapping[Any, Any]) -> dict[str, Beat]:
+    """The beats of an HGETALL of `Keys.processes`, by process name (unreadable ones left out)."""
+    out = {}
+    for name, value in raw.items():
+        b = Beat.parse(value)
+        if b is not None:
+            out[as_text(name)] = b
+    return out
+
+
+async def processes(redis: Client, keys: Keys) -> dict[str, Beat]:
+    """Every process's last beat, by process name."""
+    raw: Any = await redis.hgetall(keys.processes())
+    return beats_of(raw)
+
+
+async def forget_old(redis: Client, keys: Keys) -> int:
+    """Drop the beats older than `FORGET_AFTER_MS` (and unreadable ones); how many went."""
+    raw: Any = await redis.hgetall(keys.processes())
+    now = now_ms()
+    beats = {name: Beat.parse(value) for name, value in raw.items()}
+    old = [k for k, b in beats.items() if b is None or now - b.time > FORGET_AFTER_MS]
+    if old:
+        await redis.hdel(keys.processes(), *old)
+    return len(old)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRow:
+    """One consumer group on one stream, as XINFO GROUPS tells it."""
+
+    stream: str
+    group: str
+    consumers: int
+    #: entries not yet delivered to the group; None where Redis cannot tell
+    lag: int | None
+    #: entries delivered, not yet acknowledged
+    pending: int
+
+
+def rows_of(streams: Sequence[str], answers: Iterable[Any]) -> list[GroupRow]:
+    """The rows of XINFO GROUPS answers, one answer per stream in order; an answer that is
+    None or an error (no such stream yet) has none."""
+    out = []
+    for stream, groups in zip(streams, answers, strict=True):
+        if groups is None or isinstance(groups, Exception):
+            continue
+        for g in groups:
+            lag = g.get("lag")
+            out.append(
+                GroupRow(
+                    stream=stream,
+                    group=as_text(g["name"]),
+                    consumers=int(g["consumers"]),
+                    lag=None if lag is None else int(lag),
+                    pending=int(g["pending"]),
+                )
+            )
+    return out
+
+
+async def group_rows(redis: Client, streams: Sequence[str]) -> list[GroupRow]:
+    """A row per stream and group of `streams`, read in one pipeline."""
+    pipe = redis.pipeline(transaction=False)
+    for stream in streams:
+        pipe.xinfo_groups(stream)
+    return rows_of(streams, await pipe.execute(raise_on_error=False))
+
+
+def group_totals(rows: Iterable[GroupRow]) -> dict[str, tuple[int, int]]:
+    """(lag, pending) per group, summed over its streams (an unknown lag counts as 0)."""
+    out: dict[str, tuple[int, int]] = {}
+    for row in rows:
+        lag, pending = out.get(row.group, (0, 0))
+        out[row.group] = (lag + (row.lag or 0), pending + row.pending)
+    return out
