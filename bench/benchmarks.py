@@ -21,7 +21,7 @@ from typing import Any
 
 from engine import Game, load_game
 from engine.batch import BATCHED_GAMES, batched_playouts_per_sec
-from services.options import (
+from services.cli.options import (
     UsageError,
     game_options_or_usage,
     parse_options,

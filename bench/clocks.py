@@ -41,10 +41,10 @@ from schemas.commands import CreateGame, SeatSpec
 from schemas.events import GameEnded
 from schemas.turns import TurnRequest
 from services.bus.clients import CommandClient, QueryClient
-from services.bus.consumer import Entry
 from services.bus.keys import Keys
+from services.bus.reader import Entry
+from services.cli.pipeline import ServiceSet
 from services.redis_embedded import EmbeddedRedis
-from services.runtime import ServiceSet
 from services.tournament.results import game_results
 
 PROMPT_MS = (5, 50)

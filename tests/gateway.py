@@ -17,8 +17,8 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 
 from services.bus.keys import Keys
+from services.cli.pipeline import ServiceSet
 from services.gateway import GatewaySettings, init_app
-from services.runtime import ServiceSet
 
 
 @dataclass

@@ -39,12 +39,12 @@ from schemas.commands import CreateGame, SeatSpec
 from schemas.events import GameCreated
 from schemas.tokens import admin_token, clock_key
 from schemas.tournaments import TournamentSpec, new_tournament_id
-from services.acl_cmd import USERS, grants
 from services.bus.clients import CommandClient
 from services.bus.connection import Client, connect
 from services.bus.keys import Keys
 from services.bus.text import now_ms
 from services.cli import main as agon
+from services.cli.acl import USERS, grants
 from services.dispatcher import Dispatcher
 from services.engine_service import EngineService
 from services.engine_service.store import Commit, EventStore

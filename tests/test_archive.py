@@ -43,10 +43,10 @@ from services.bus.clients import CommandClient, LogEntry, QueryClient
 from services.bus.connection import connect
 from services.bus.keys import Keys
 from services.bus.text import now_ms
+from services.cli.pipeline import ServiceSet, create_games, wait_until_ended
 from services.gamelog.fold import GameFold
 from services.projector import compare_read_models, rebuild, snapshot, verify
 from services.redis_embedded import EmbeddedRedis
-from services.runtime import ServiceSet, create_games, wait_until_ended
 from services.tournament.director import Director
 from services.tournament.results import game_results, tournament_results
 from services.tournament.store import TournamentStore

@@ -28,9 +28,9 @@ from schemas.turns import TurnRequest
 from services.bus.connection import ReplicasBehind
 from services.bus.keys import DISPATCHER_GROUP, WORKERS_GROUP, Keys
 from services.bus.secret import shared_secret
+from services.cli.pipeline import ServiceSet, create_games
 from services.dispatcher import TIMEOUT_GRACE_MS, Dispatcher
 from services.engine_service import EngineService
-from services.runtime import ServiceSet, create_games
 from tests.conftest import PrimaryAndReplica
 
 KEYS = Keys()

@@ -17,14 +17,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from schemas.commands import CreateGame, SeatSpec
 from services.bus.clients import CommandClient, QueryClient
-from services.bus.consumer import GroupReader
 from services.bus.keys import ENGINE_GROUP, Keys
+from services.bus.reader import GroupReader
 from services.bus.scripts import Script
+from services.cli.pipeline import ServiceSet, create_games
 from services.engine_service import EngineService
 from services.gamelog.fold import GameFold
 from services.projector import Projector, rebuild, registry, verify
 from services.redis_embedded import EmbeddedRedis
-from services.runtime import ServiceSet, create_games
 from tests.conftest import PrimaryAndReplica
 
 BOTS = [SeatSpec(kind="bot", name="random"), SeatSpec(kind="bot", name="random")]

@@ -3,7 +3,7 @@
 The commands run as the real `agon` console script. Only inputs that are refused before
 any Redis is touched are tried here (argparse `type=` errors, `agon play`, `agon bench
 bots`, `agon conformance`, `agon schemas`), so no test starts or reaches a Redis. The helpers of
-`services.options` and the handlers of `services.cli` are also checked in-process.
+`services.cli.options` and the handlers of `services.cli` are also checked in-process.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from services import cli
-from services.options import (
+from services.cli.options import (
     UsageError,
     game_options_or_usage,
     non_negative_float,
@@ -206,14 +206,14 @@ def test_selfplay_count_not_a_number() -> None:
 
 
 def test_selfplay_negative_count(capsys: pytest.CaptureFixture[str]) -> None:
-    # Parse only (never `run`): if runtime.py still accepted -3, running would start a Redis.
+    # Parse only (never `run`): if selfplay still accepted -3, running would start a Redis.
     parser, _ = cli.build_parser("selfplay")
     try:
         parser.parse_args(["selfplay", "--game", "teeko", "--games", "-3"])
     except SystemExit as e:
         assert e.code == 2
     else:
-        pytest.xfail("services.runtime: --games should be type=services.options.positive_int")
+        pytest.xfail("services.cli.selfplay: --games should be type=options.positive_int")
     line = capsys.readouterr().err.splitlines()[0]
     assert line.startswith("agon selfplay: error: argument --games:") and "'-3'" in line
 
@@ -237,7 +237,7 @@ def test_bench_bots_bad_input(argv: list[str], message: str) -> None:
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
-# --- services.options -----------------------------------------------------------------------
+# --- services.cli.options -----------------------------------------------------------------------
 
 
 def test_parse_options() -> None:

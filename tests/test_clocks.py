@@ -33,10 +33,10 @@ from services.bus.clients import CommandClient, QueryClient
 from services.bus.delivery import TOOK, Deliveries
 from services.bus.keys import ENGINE_GROUP, WORKERS_GROUP, Keys
 from services.bus.text import id_ms
+from services.cli.pipeline import ServiceSet, create_games, wait_until_ended
 from services.dispatcher import TIMEOUT_GRACE_MS, Dispatcher
 from services.engine_service import EngineService
 from services.projector import Projector, verify
-from services.runtime import ServiceSet, create_games, wait_until_ended
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = b"clock-test-secret"

@@ -11,8 +11,8 @@ from redis.asyncio.cluster import RedisCluster
 from services.bus.clients import QueryClient
 from services.bus.connection import connect
 from services.bus.keys import Keys
+from services.cli.pipeline import selfplay
 from services.projector import compare_read_models, rebuild, snapshot, verify
-from services.runtime import selfplay
 from tests.cluster import ClusterTarget
 
 SPECS: list[tuple[str, dict[str, str]]] = [

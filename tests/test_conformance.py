@@ -15,7 +15,7 @@ import pytest
 
 from engine import Move
 from engine.boards import load_board
-from services.conformance import check_file, translate
+from services.cli.conformance import check_file, translate
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "conformance"
 FILES = sorted(SHARED.glob("trials/*.jsonl")) + sorted(SHARED.glob("patterns/*.jsonl"))

@@ -39,6 +39,7 @@ from schemas.replies import Accepted, Rejected, Reply
 from schemas.tokens import bot_token, human_token
 from services.bus.clients import CommandClient, LogEntry, QueryClient
 from services.bus.keys import Keys
+from services.cli.pipeline import ServiceSet, create_games
 from services.engine_service.decide import Reject, Rules
 from services.gamelog.checks import chain_problems
 from services.gamelog.export import (
@@ -54,7 +55,6 @@ from services.gamelog.export import (
     verify_export,
 )
 from services.projector import compare_read_models, rebuild, snapshot, verify
-from services.runtime import ServiceSet, create_games
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = b"export-secret"

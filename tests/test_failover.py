@@ -25,8 +25,8 @@ from redis.asyncio.cluster import RedisCluster
 from services.bus.clients import CommandClient
 from services.bus.connection import connect
 from services.bus.keys import Keys
+from services.cli.pipeline import ServiceSet
 from services.projector import verify
-from services.runtime import ServiceSet
 from tests.cluster import RedisClusterProcesses
 from tests.faults import (
     FaultLine,

@@ -76,9 +76,9 @@ from services.bus.keys import ENGINE_GROUP, Keys
 from services.bus.presence import ALIVE_MS
 from services.bus.secret import shared_secret
 from services.bus.text import as_text, now_ms
+from services.cli.pipeline import GameSpec, ServiceSet, create_games, wait_until_ended
 from services.gateway.games import MAX_PAGE, MAX_PLY, PLIES_PER_PAGE
 from services.projector import verify
-from services.runtime import GameSpec, ServiceSet, create_games, wait_until_ended
 from services.tournament.store import TournamentStore
 from tests.faults import (
     FaultLine,

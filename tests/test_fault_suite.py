@@ -39,9 +39,9 @@ from services.bus.keys import (
     Keys,
 )
 from services.bus.text import now_ms
+from services.cli.pipeline import create_games, wait_until_ended
 from services.projector import verify
 from services.redis_embedded import EmbeddedRedis, free_port
-from services.runtime import create_games, wait_until_ended
 from services.tournament.store import TournamentStore
 from tests.faults import (
     FaultLine,

@@ -20,9 +20,9 @@ import redis.asyncio as aioredis
 
 from services.bus.connection import connect
 from services.bus.keys import DISPATCHER_GROUP, PROJECTOR_GROUP, WORKERS_GROUP, Keys
+from services.cli.pipeline import ServiceSet, collect, create_games, wait_until_ended
 from services.projector import Projector, verify
 from services.redis_embedded import EmbeddedRedis, free_port
-from services.runtime import ServiceSet, collect, create_games, wait_until_ended
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = Keys()

@@ -14,7 +14,7 @@ import pytest
 from engine import IllegalMoveError, load_game
 from engine.core import MAX_PLIES
 from engine.games.hexade import HexadeState
-from services.conformance import FileResult, check_trial
+from services.cli.conformance import FileResult, check_trial
 
 TRIALS = Path(__file__).resolve().parents[2] / "shared" / "conformance" / "trials"
 GAME = load_game("hexade")

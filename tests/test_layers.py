@@ -1,11 +1,13 @@
 """The dependency direction of DESIGN.md, read from the source with `ast` (nothing is imported).
 
-`engine` <- `schemas` <- `services.bus` <- the services and `bots`; `bots.sdk` talks to the
-arena without `services`; the engine service, dispatcher and gateway read games through
-`services.gamelog`, never the projector; nothing but the tests imports `tests`; and no two
-modules import each other, directly or through others. Every import statement counts wherever
-it stands (inside a function, under `if TYPE_CHECKING:`), and so does
-`importlib.import_module("x")` with a literal name.
+`engine` <- `schemas` <- `services.bus` <- the services and `bots` <- the CLI (`services.cli`,
+which no service imports); `bots.sdk` talks to the arena without `services`; the engine
+service, dispatcher and gateway read games through `services.gamelog`, never the projector;
+nothing but the tests imports `tests`; no two modules import each other, directly or
+through others; and the gateway reaches Redis only through the bus clients, the bot registry
+and the tournament store (`GATEWAY_REDIS` names the raw uses left, and why). Every import
+statement counts wherever it stands (inside a function, under `if TYPE_CHECKING:`), and so
+does `importlib.import_module("x")` with a literal name.
 
 An edge goes to the module an import names: `import a.b.c` is an edge to `a.b.c` only (not to
 its parents); `from a.b import c` is an edge to `a.b.c` when that is a module, else to `a.b`
@@ -203,6 +205,12 @@ LAYERS = {
         lambda importer: any(within(importer, p) for p in PROJECTOR_FREE),
         lambda target: not within(target, "services.projector"),
     ),
+    "no-service-imports-the-cli": (
+        "no service package imports services.cli (the CLI runs the services; bench and tests"
+        " may import it)",
+        lambda importer: within(importer, "services") and not within(importer, "services.cli"),
+        lambda target: not within(target, "services.cli"),
+    ),
 }
 
 
@@ -216,6 +224,123 @@ def test_layer(rule: str) -> None:
     bad = layer_violations(rule, IMPORTS)
     if bad:
         pytest.fail(_offending(LAYERS[rule][0], bad), pytrace=False)
+
+
+# -- the gateway reaches Redis through the clients ----------------------------------------------
+
+#: What the gateway may do with the raw connection (`app[appkeys.REDIS]`, `redis`, `<x>.redis`),
+#: module by module, and why. Everything else goes through the bus clients, the bot registry
+#: and the tournament store, built once in `services.gateway.app` and kept in app keys.
+#: An exception no longer used fails the test too: the list only shrinks.
+GATEWAY_REDIS = {
+    "reads the connection": {
+        "services.gateway.routes": "health's PING, and the metrics scrape (`Metrics.refresh`)",
+        "services.gateway.games": "hands it to `services.bus.quotas.take`, a script of the bus",
+    },
+    "sends a command on it": {
+        "services.gateway.app": "closes the connection it opened",
+        "services.gateway.routes": "health's PING",
+        "services.gateway.metrics": "the scrape's one pipeline of group lag, live games, beats",
+        "services.gateway.live": "`TurnReader`: the XREAD of its bots' inboxes, their beats",
+    },
+}
+
+
+@dataclass(frozen=True)
+class RedisUse:
+    """One use of a raw Redis connection by `module`: `kind` is a key of `GATEWAY_REDIS`."""
+
+    module: str
+    path: str
+    line: int
+    kind: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.kind}: `{self.text}`"
+
+
+def _is_redis_key(node: ast.expr) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "REDIS") or (
+        isinstance(node, ast.Name) and node.id == "REDIS"
+    )
+
+
+def _is_connection(node: ast.expr) -> bool:
+    """`redis`, `<x>.redis` or `<x>[appkeys.REDIS]`: the raw connection, not a client."""
+    if isinstance(node, ast.Name):
+        return node.id == "redis"
+    if isinstance(node, ast.Attribute):
+        return node.attr == "redis"
+    return isinstance(node, ast.Subscript) and _is_redis_key(node.slice)
+
+
+def redis_uses(source: Source) -> Iterator[RedisUse]:
+    """Where `source` reads the connection out of the app, or calls a method on it."""
+    for node in ast.walk(ast.parse(source.text)):
+        kind = None
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            kind = "reads the connection" if _is_redis_key(node.slice) else None
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            kind = "sends a command on it" if _is_connection(node.func.value) else None
+        if kind is not None:
+            yield RedisUse(source.name, source.path, node.lineno, kind, _text(source, node))
+
+
+def gateway_redis_uses(sources: Mapping[str, Source]) -> list[RedisUse]:
+    return [
+        use
+        for name, source in sorted(sources.items())
+        if within(name, "services.gateway")
+        for use in redis_uses(source)
+    ]
+
+
+def test_the_gateway_reaches_redis_only_through_the_clients_and_the_store() -> None:
+    uses = gateway_redis_uses(SOURCES)
+    bad = [u for u in uses if u.module not in GATEWAY_REDIS[u.kind]]
+    if bad:
+        lines = "\n  ".join(map(str, bad))
+        pytest.fail(
+            "services.gateway reaches Redis only through the bus clients, the bot registry and"
+            f" the tournament store (app keys); {len(bad)} raw use(s):\n  {lines}",
+            pytrace=False,
+        )
+    used = {(u.kind, u.module) for u in uses}
+    stale = [(k, m) for k, allowed in GATEWAY_REDIS.items() for m in allowed if (k, m) not in used]
+    assert not stale, f"exceptions no longer needed, drop them from GATEWAY_REDIS: {stale}"
+
+
+def test_the_gateway_redis_check_sees_a_handler_reaching_past_the_clients() -> None:
+    sources, _, _ = _synthetic(
+        {
+            "services/gateway/pages.py": (
+                "async def catalogue(request):\n"
+                "    async for raw, _ in request.app[appkeys.REDIS].hscan_iter(key):\n"
+                "        pass\n"
+                "    await request.app[appkeys.QUERY].redis.xlen(key)\n"
+            ),
+            "services/gateway/turns.py": (
+                "async def pending(self):\n"
+                "    redis = self.app[appkeys.REDIS]\n"
+                "    return await redis.xrevrange(self.inbox, count=200)\n"
+            ),
+            "services/gateway/tournaments.py": (
+                "async def get(request):\n"
+                "    request.app[appkeys.REDIS_CONNECTIONS]\n"
+                "    await request.app[appkeys.TOURNAMENTS].load(request.match_info['id'])\n"
+                "    await request.app[appkeys.QUERY].heads([request.match_info['id']])\n"
+            ),
+            "services/bus/clients.py": "async def head(self, g):\n    await self.redis.xlen(g)\n",
+        }
+    )
+    assert sorted((u.module, u.line, u.kind) for u in gateway_redis_uses(sources)) == [
+        ("services.gateway.pages", 2, "reads the connection"),
+        ("services.gateway.pages", 2, "sends a command on it"),
+        ("services.gateway.pages", 4, "sends a command on it"),
+        ("services.gateway.turns", 2, "reads the connection"),
+        ("services.gateway.turns", 3, "sends a command on it"),
+    ]
 
 
 # -- cycles --------------------------------------------------------------------------------------
@@ -429,3 +554,21 @@ def test_the_checker_resolves_relative_and_submodule_imports() -> None:
     bots_rule = layer_violations("bots-import-only-the-bus-of-services", imports)
     assert [(i.importer, i.target) for i in bots_rule] == [("bots.worker", "services.projector")]
     assert find_cycles(package_graph(imports)) == [["bots", "services", "bots"]]
+
+
+def test_the_cli_rule_binds_the_services_but_not_the_cli_bench_or_tests() -> None:
+    _, imports, _ = _synthetic(
+        {
+            "services/redis_embedded.py": "from services.cli.options import non_negative_float\n",
+            "services/gateway/app.py": "def f():\n    from services import cli\n",
+            "services/cli/__init__.py": "from services.cli.main import main\n",
+            "services/cli/up.py": "from services.cli.common import with_redis\n",
+            "bench/load.py": "from services.cli.options import UsageError\n",
+            "tests/test_x.py": "from services.cli.pipeline import ServiceSet\n",
+        }
+    )
+    bad = layer_violations("no-service-imports-the-cli", imports)
+    assert sorted((i.importer, i.target) for i in bad) == [
+        ("services.gateway.app", "services.cli"),
+        ("services.redis_embedded", "services.cli.options"),
+    ]

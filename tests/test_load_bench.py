@@ -42,7 +42,7 @@ def test_a_tiny_load_test_runs_end_to_end_with_sane_figures(
 ) -> None:
     server = redis_server_factory()
     rows = run_load_bench(
-        games=6, seconds=2.0, engines="1,2", gateways="1", spectators=4, redis_url=server.url
+        games=10, seconds=2.0, engines="1,2", gateways="1", spectators=4, redis_url=server.url
     )
     *configs, run = rows
     assert [(r["engines"], r["gateways"]) for r in configs] == [(1, 0), (2, 0), (1, 1)]

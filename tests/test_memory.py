@@ -22,7 +22,7 @@ from schemas.codec import FIELD
 from schemas.commands import Abort, CreateGame, SeatSpec
 from schemas.tokens import admin_token
 from services.bus.clients import CommandClient
-from services.bus.consumer import DEAD_LETTER_KEEP_BYTES, trim_acknowledged
+from services.bus.consumer import DEAD_LETTER_KEEP_BYTES
 from services.bus.keys import (
     DISPATCHER_GROUP,
     ENGINE_GROUP,
@@ -30,12 +30,14 @@ from services.bus.keys import (
     PROJECTOR_GROUP,
     Keys,
 )
+from services.bus.reader import trim_acknowledged
 from services.bus.secret import shared_secret
+from services.cli.pipeline import ServiceSet, create_games, wait_until_ended
+from services.cli.services import ENGINE
 from services.dispatcher import Dispatcher
 from services.engine_service import EngineService
 from services.engine_service.decide import DIGEST_BYTES
 from services.projector import Projector, verify
-from services.runtime import ENGINE, ServiceSet, create_games, wait_until_ended
 
 BOT = "random"
 DAY_MS = 24 * 3_600_000

@@ -35,11 +35,11 @@ from bots.worker import BotWorker
 from services.bus.clients import QueryClient
 from services.bus.keys import Keys
 from services.bus.text import as_text, now_ms
+from services.cli.pipeline import ServiceSet, create_games
 from services.dispatcher import TIMEOUT_GRACE_MS, Dispatcher
 from services.engine_service import EngineService
 from services.projector import Projector
 from services.redis_embedded import free_port
-from services.runtime import ServiceSet, create_games
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The commands' environment: no REDIS_URL, so only `--redis-url` names a Redis.

@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 from bots.worker import BotWorker
 from services.bus.admission import PlatformLag, platform_lag
 from services.bus.clients import QueryClient
-from services.bus.consumer import ConsumerSettings, GroupReader
+from services.bus.consumer import ConsumerSettings
 from services.bus.keys import ENGINE_GROUP, WORKERS_GROUP, Keys
 from services.bus.presence import (
     ALIVE_MS,
@@ -32,10 +32,11 @@ from services.bus.presence import (
     group_totals,
     processes,
 )
+from services.bus.reader import GroupReader
 from services.bus.text import now_ms
+from services.cli.status import collect
 from services.dispatcher import Dispatcher
 from services.engine_service import EngineService
-from services.status_cmd import collect
 
 
 @pytest.fixture

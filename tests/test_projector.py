@@ -34,8 +34,9 @@ from schemas.codec import (
 from schemas.commands import CreateGame, PlayMove, SeatPlayer, SeatSpec
 from services.bus.clients import QueryClient
 from services.bus.connection import ReplicasBehind
-from services.bus.consumer import Entry
 from services.bus.keys import PROJECTOR_GROUP, Keys
+from services.bus.reader import Entry
+from services.cli.pipeline import ServiceSet, create_games, wait_until_ended
 from services.engine_service import EngineService
 from services.gamelog.fold import GameFold, fold
 from services.projector import (
@@ -47,7 +48,6 @@ from services.projector import (
     verify,
 )
 from services.projector.rebuild import _start, rebuild_write
-from services.runtime import ServiceSet, create_games, wait_until_ended
 from tests.conftest import PrimaryAndReplica
 
 ROOT = Path(__file__).resolve().parents[1]

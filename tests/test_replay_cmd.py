@@ -28,10 +28,10 @@ from typing import Any
 from engine import load_game
 from schemas.codec import unpack
 from services.bus.clients import LogEntry, QueryClient
+from services.cli.pipeline import create_games, wait_until_ended
+from services.cli.replay import HELP, Replay, read_keys, step
 from services.gamelog.export import export_jsonl
 from services.redis_embedded import free_port
-from services.replay_cmd import HELP, Replay, read_keys, step
-from services.runtime import create_games, wait_until_ended
 from tests.gateway import Arena
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -33,8 +33,8 @@ from services.bus.clients import CommandClient
 from services.bus.connection import connect
 from services.bus.keys import Keys
 from services.cli import build_parser
+from services.cli.common import replicas_to_wait_for
 from services.redis_embedded import free_port
-from services.runtime import replicas_to_wait_for
 from tests.cluster import RedisClusterProcesses
 from tests.conftest import PrimaryAndReplica
 from tests.faults import FaultLine, Tally, drive, lost_and_doubled, record, settle

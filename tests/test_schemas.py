@@ -41,7 +41,7 @@ from schemas.events import GameCreated, GameEnded, GameStarted, MovePlayed, Play
 from schemas.replies import REJECT_CODES, Accepted, Rejected
 from schemas.tokens import admin_token, bot_token, token_hash, token_matches, tokens_equal
 from schemas.turns import TurnRequest
-from services import schemas_cmd
+from services.cli import schemas as schemas_cmd
 
 H = "ab" * 32
 EV = {"game_id": "g1", "time": 5, "command_id": "c1"}

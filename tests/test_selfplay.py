@@ -19,9 +19,9 @@ import redis as redis_sync
 import redis.asyncio as aioredis
 
 from services.bus.keys import Keys
+from services.cli.pipeline import selfplay
 from services.projector import verify
 from services.redis_embedded import EmbeddedRedis, RedisServerError, find_redis_server
-from services.runtime import selfplay
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = Keys()

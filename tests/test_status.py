@@ -23,10 +23,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from services.bus.connection import connect
-from services.bus.consumer import ensure_group
 from services.bus.keys import WORKERS_GROUP, Keys
+from services.bus.reader import ensure_group
+from services.cli.pipeline import ServiceSet, create_games, selfplay
 from services.redis_embedded import free_port
-from services.runtime import ServiceSet, create_games, selfplay
 from tests.cluster import ClusterTarget
 from tests.gateway import until
 from tests.test_operability import READY_S, Agon, is_ready

@@ -153,7 +153,7 @@ def sc_plain_legal(game: SupplyChains, state: SupplyChainsState) -> list[str]:
     return out or ["pass"]
 
 
-# -- a small Ludii trial checker (the general runner is services/conformance.py) -----------
+# -- a small Ludii trial checker (the general runner is services/cli/conformance.py) -----------
 
 
 def ludii_to_agon(board: Board, text: str) -> str:

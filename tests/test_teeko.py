@@ -13,7 +13,7 @@ import pytest
 from engine import IllegalMoveError, InvalidMoveError, Move, load_game
 from engine.core import MAX_PLIES
 from engine.games.teeko import TeekoState
-from services.conformance import FileResult, check_trial
+from services.cli.conformance import FileResult, check_trial
 
 TRIALS = Path(__file__).resolve().parents[2] / "shared" / "conformance" / "trials"
 

@@ -25,8 +25,8 @@ from services.bus.clients import QueryClient
 from services.bus.keys import Keys
 from services.bus.secret import shared_secret
 from services.bus.text import now_ms
+from services.cli.pipeline import ServiceSet
 from services.projector import rebuild, verify
-from services.runtime import ServiceSet
 from services.tournament.aggregate import Tournament, decide
 from services.tournament.results import report, tournament_report, tournament_results
 from services.tournament.store import TournamentStore

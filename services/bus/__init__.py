@@ -3,7 +3,7 @@
 - `keys`: every key, stream and group name, and the partition hash;
 - `connection`: `connect(url)` for a single server or a Redis Cluster, waiting for it;
 - `scripts`: Lua scripts by SHA, reloaded in one place;
-- `consumer`: the one consumer loop (per-partition reads, heartbeats, claims, drain);
+- `reader`: the group reader (per-partition reads, claims); `consumer`: the one loop around it;
 - `cache`: the one bounded cache;
 - `clients`: the command client and the query client;
 - `text`: `as_text`, `now_ms`, `id_ms`, for the many modules that need no consumer loop;

@@ -8,9 +8,12 @@ nothing, so a retry is always safe. `send` is fire-and-forget for senders that r
 log rather than replies (bot workers).
 
 `QueryClient` reads what the projector keeps and what the engine logged: a game's view,
-the game list with filters and pagination across every partition, a bot's results, the
-bot-health of a bot, and a game's log from a seq. Nothing else in Agon XADDs a command
-or spells a read-model key.
+the game list with filters and pagination across every partition (its cursor read by
+`parse_cursor`, which the archive's list shares), a bot's results, the result records of
+a game's rules or of a tournament, the bot-health of a bot and its waiting turns, and a
+game's log from a seq: whether games have a log at all (`heads`) and their newest event
+(`newest`) are asked here and nowhere else. Nothing else in Agon XADDs a command or spells
+a read-model key (the bot registry is `services.bus.registry`, beside these clients).
 """
 
 from __future__ import annotations
@@ -409,6 +412,18 @@ class QueryClient:
             pipe.xlen(self.keys.log(gid))
         return [int(n) for n in await pipe.execute()]
 
+    async def newest(self, game_ids: Sequence[str]) -> list[LogEntry | None]:
+        """Each game's last stored event, in one round trip (None: the game has no log)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for gid in game_ids:
+            pipe.xrevrange(self.keys.log(gid), "+", "-", count=1)
+        return [log_entries(rows)[0] if rows else None for rows in await pipe.execute()]
+
+    async def recent_turns(self, bot: str, count: int) -> list[Any]:
+        """The newest `count` entries of `bot`'s turn inbox, newest first (entry id, fields)."""
+        rows: Any = await self.redis.xrevrange(self.keys.bot_turns(bot), count=count)
+        return list(rows)
+
     async def game_ids(self) -> list[str]:
         """Every registered game id, partition by partition, in creation order."""
         pipe = self.redis.pipeline(transaction=False)
@@ -435,7 +450,7 @@ class QueryClient:
         """Games newest first across every partition, filtered; `cursor` continues a page."""
         if status is not None and status not in STATUSES:
             raise ValueError(f"status must be one of {', '.join(STATUSES)}, not {status!r}")
-        before = _parse_cursor(cursor)
+        before = parse_cursor(cursor)
         found, floor = await self._walk(
             [self._index_keys(p, status, game, player) for p in self.keys.all_partitions()],
             before,
@@ -534,6 +549,33 @@ class QueryClient:
                 totals[as_text(value)] = totals.get(as_text(value), 0) + 1
         return totals
 
+    async def results(self, game: str) -> list[bytes]:
+        """Every result record (JSON) of the rules `game`: its finished games between two
+        named players, from every partition, in no order."""
+        return await self._values([self.keys.results(p, game) for p in self.keys.all_partitions()])
+
+    async def tournament_results(self, tournament_id: str) -> list[bytes]:
+        """Every result record (JSON) of a game naming the tournament, in no order (which
+        of them it scheduled is the tournament's log to say)."""
+        names = [self.keys.tournament_results(p, tournament_id) for p in self.keys.all_partitions()]
+        return await self._values(names)
+
+    async def results_version(self, game: str) -> tuple[int, ...]:
+        """The version of the rules `game`'s results: how many records each partition holds
+        (one HLEN each, whatever their number). A record is written once, when its game ends,
+        and kept (`agon archive` keeps it too); only a rebuild that drops imported games'
+        records takes any away, so the counts change whenever the records do."""
+        pipe = self.redis.pipeline(transaction=False)
+        for p in self.keys.all_partitions():
+            pipe.hlen(self.keys.results(p, game))
+        return tuple(int(n) for n in await pipe.execute())
+
+    async def _values(self, hashes: Sequence[str]) -> list[bytes]:
+        pipe = self.redis.pipeline(transaction=False)
+        for name in hashes:
+            pipe.hvals(name)
+        return [v for values in await pipe.execute() for v in values]
+
     async def processes(self) -> dict[str, presence.Beat]:
         """Every process's last beat, by process name."""
         return await presence.processes(self.redis, self.keys)
@@ -565,13 +607,12 @@ class QueryClient:
 WALK_ROUNDS = 4
 
 
-def _parse_cursor(cursor: str | None) -> tuple[float, str] | None:
+def parse_cursor(cursor: str | None) -> tuple[int, str] | None:
+    """A page's cursor, `<created ms>:<game id>` (the live list's and the archive's), as
+    (created, game id); None for the first page, ValueError for anything else."""
     if not cursor:
         return None
-    time_text, sep, game_id = cursor.partition(":")
-    try:
-        if not sep:
-            raise ValueError
-        return float(int(time_text)), game_id
-    except ValueError:
-        raise ValueError(f"bad cursor {cursor!r}: pass the cursor of the previous page") from None
+    created, sep, game_id = cursor.partition(":")
+    if not sep or not created.isdecimal():
+        raise ValueError(f"bad cursor {cursor!r}: pass the cursor of the previous page")
+    return int(created), game_id

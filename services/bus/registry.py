@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from schemas.tokens import token_hash
@@ -87,6 +87,18 @@ class BotRegistry:
             claimed += int(await self.redis.hsetnx(self.keys.bot_names(), text.casefold(), text))
         return claimed
 
+    async def names(self, limit: int, *, skip: Collection[str] = ()) -> list[str]:
+        """Up to `limit` registered names not in `skip`, in the hash's order (a scan, in
+        batches of `limit`: never the whole registry at once)."""
+        found: list[str] = []
+        async for raw, _ in self.redis.hscan_iter(self.keys.registered_bots(), count=limit):
+            name = as_text(raw)
+            if name not in skip:
+                found.append(name)
+            if len(found) >= limit:
+                break
+        return found
+
     async def is_bot_name(self, name: str, built_in: Iterable[str]) -> bool:
         """Whether `name`, in any case, is the platform's or a registered bot's."""
         return reserved(name, built_in) or bool(
@@ -97,6 +109,13 @@ class BotRegistry:
         """The bot whose key hashes to `key_hash`, if the key is valid."""
         name = await self.redis.hget(self.keys.bot_key_hashes(), key_hash)
         return as_text(name) if name else None
+
+    async def owners(self, key_hashes: Sequence[str]) -> list[str | None]:
+        """The bot of each key hash, in one HMGET (None: no longer a valid key)."""
+        if not key_hashes:
+            return []
+        names = await self.redis.hmget(self.keys.bot_key_hashes(), list(key_hashes))
+        return [as_text(n) if n else None for n in names]
 
     async def record(self, name: str) -> dict[str, Any] | None:
         """The bot's record, None when no outside bot has this name."""

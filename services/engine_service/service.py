@@ -55,11 +55,11 @@ from services.bus.consumer import (
     DEAD_LETTER_MAXLEN,
     ConsumerOptions,
     ConsumerSettings,
-    Entry,
     StreamConsumer,
     dead_letter_fields,
 )
 from services.bus.keys import ENGINE_GROUP, Keys
+from services.bus.reader import Entry
 from services.bus.secret import shared_secret
 from services.bus.text import id_ms, now_ms
 from services.engine_service.decide import (

@@ -37,6 +37,7 @@ from services.gateway.live import Hub, TurnReader
 from services.gateway.metrics import Metrics
 from services.gateway.settings import REDIS_CONNECTIONS, GatewaySettings
 from services.gateway.views import GameStates
+from services.tournament.store import TournamentStore
 
 log = logging.getLogger("agon.gateway")
 
@@ -87,6 +88,7 @@ def _parts(
         app[appkeys.COMMANDS] = commands
         query = QueryClient(redis, keys)
         app[appkeys.QUERY] = query
+        app[appkeys.TOURNAMENTS] = TournamentStore(redis, keys)
         app[appkeys.STATES] = GameStates(query)
         hub = Hub(FeedTail(redis, keys))
         app[appkeys.HUB] = hub

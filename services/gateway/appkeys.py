@@ -11,6 +11,7 @@ from services.bus.cache import LRU
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.delivery import Deliveries
 from services.bus.registry import BotRegistry
+from services.tournament.store import TournamentStore
 
 if TYPE_CHECKING:
     from services.gateway.botstreams import BotStreams
@@ -29,6 +30,8 @@ COMMANDS: web.AppKey[CommandClient] = web.AppKey("commands", CommandClient)
 #: Outside bots' names, keys and consent (`services.bus.registry`).
 BOT_REGISTRY: web.AppKey[BotRegistry] = web.AppKey("bot_registry", BotRegistry)
 QUERY: web.AppKey[QueryClient] = web.AppKey("query", QueryClient)
+#: tournaments' logs and the list of them (`services.tournament.store`), one per gateway
+TOURNAMENTS: web.AppKey[TournamentStore] = web.AppKey("tournaments", TournamentStore)
 STATES: web.AppKey[GameStates] = web.AppKey("states")
 HUB: web.AppKey[Hub] = web.AppKey("hub")
 TURNS: web.AppKey[TurnReader] = web.AppKey("turns")

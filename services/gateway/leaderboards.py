@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from services.bus.keys import Keys
+from services.bus.clients import QueryClient
 from services.bus.text import now_ms
-from services.tournament.results import game_records, ranked, results_version
+from services.tournament.results import ranked
 
 log = logging.getLogger("agon.gateway")
 
@@ -37,7 +37,7 @@ class Boards:
 
 class Leaderboards:
     """A gateway's leaderboards: a read model computed once per version of the results
-    (`results_version`: one HLEN per partition), not once per request.
+    (`QueryClient.results_version`: one HLEN per partition), not once per request.
 
     A request that finds the results changed, while nobody computes them, computes them
     (records read once, parsed and rated in a thread, off the event loop) and waits, so a
@@ -50,8 +50,8 @@ class Leaderboards:
         self._held: dict[str, Boards] = {}
         self._making: dict[str, asyncio.Task[Boards]] = {}
 
-    async def boards(self, redis: Any, keys: Keys, game: str) -> Boards:
-        version = await results_version(redis, keys, game)
+    async def boards(self, query: QueryClient, game: str) -> Boards:
+        version = await query.results_version(game)
         held = self._held.get(game)
         if (
             held is not None
@@ -63,14 +63,14 @@ class Leaderboards:
         if making is not None and held is not None:
             return held
         if making is None:
-            making = asyncio.create_task(self._make(redis, keys, game, version))
+            making = asyncio.create_task(self._make(query, game, version))
             self._making[game] = making
             making.add_done_callback(lambda task: self._made(game, task))
         # Shielded: a client that goes away does not cancel what others wait for.
         return await asyncio.shield(making)
 
-    async def _make(self, redis: Any, keys: Keys, game: str, version: tuple[int, ...]) -> Boards:
-        records = await game_records(redis, keys, game)
+    async def _make(self, query: QueryClient, game: str, version: tuple[int, ...]) -> Boards:
+        records = await query.results(game)
         boards = await asyncio.to_thread(ranked, records, now_ms())
         return Boards(version, boards, time.monotonic())
 

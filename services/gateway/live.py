@@ -36,6 +36,7 @@ from services.bus.delivery import Lag
 from services.bus.feeds import FeedTail
 from services.bus.keys import WORKERS_GROUP, Keys
 from services.bus.presence import EVERY_S, beat_value
+from services.bus.registry import BotRegistry
 from services.bus.text import as_text
 from services.gamelog.export import export_line
 
@@ -362,6 +363,7 @@ class TurnReader:
     def __init__(self, redis: Client, keys: Keys, name: str, lag: Lag | None = None) -> None:
         self.redis = redis
         self.keys = keys
+        self.registry = BotRegistry(redis, keys)
         self.name = name
         #: this gateway's delivery lag, beaten for every bot served here (admission reads it)
         self.lag = lag or Lag()
@@ -492,8 +494,8 @@ class TurnReader:
         valid: dict[str, str] = {}
         for at in range(0, len(hashes), KEYS_PER_CHECK):
             chunk = hashes[at : at + KEYS_PER_CHECK]
-            names = await self.redis.hmget(self.keys.bot_key_hashes(), chunk)
-            valid.update((h, as_text(n)) for h, n in zip(chunk, names, strict=True) if n)
+            names = await self.registry.owners(chunk)
+            valid.update((h, n) for h, n in zip(chunk, names, strict=True) if n)
         for listeners in self.bots.values():
             for listener in listeners:
                 if valid.get(listener.key_hash) != listener.bot:

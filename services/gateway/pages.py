@@ -221,16 +221,8 @@ def game_rules() -> list[GameRulesBody]:
 
 
 async def catalogue(request: web.Request) -> web.Response:
-    app = request.app
     built_in = bot_names()
-    registered: list[str] = []
-    key = app[appkeys.SETTINGS].keys.registered_bots()
-    async for raw, _ in app[appkeys.REDIS].hscan_iter(key, count=MAX_REGISTERED):
-        name = raw.decode() if isinstance(raw, bytes) else str(raw)
-        if name not in built_in:
-            registered.append(name)
-        if len(registered) >= MAX_REGISTERED:
-            break
+    registered = await request.app[appkeys.BOT_REGISTRY].names(MAX_REGISTERED, skip=built_in)
     bots = [BotBody(name=n, kind="built-in") for n in built_in] + [
         BotBody(name=n, kind="registered") for n in sorted(registered)
     ]

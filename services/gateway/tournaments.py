@@ -26,14 +26,7 @@ from services.gateway.http import ApiError, int_param, operator, read_body, resp
 from services.gateway.leaderboards import Leaderboards
 from services.tournament.aggregate import Tournament
 from services.tournament.director import cancel
-from services.tournament.results import (
-    report,
-    standings_csv,
-    summary,
-    tournament_report,
-    tournament_results,
-)
-from services.tournament.store import TournamentStore
+from services.tournament.results import report, report_of, scheduled_results, standings_csv, summary
 
 log = logging.getLogger("agon.gateway")
 
@@ -53,16 +46,11 @@ READ_ONLY = (
 )
 
 
-def _store(request: web.Request) -> TournamentStore:
-    app = request.app
-    return TournamentStore(app[appkeys.REDIS], app[appkeys.SETTINGS].keys)
-
-
 async def _load(request: web.Request) -> Tournament:
     tid = request.match_info["id"]
     t = None
     if TOURNAMENT_ID_RE.fullmatch(tid):
-        t = await _store(request).load(tid)
+        t = await request.app[appkeys.TOURNAMENTS].load(tid)
     if t is None:
         raise ApiError("not_found", f"no tournament {tid}")
     return t
@@ -73,7 +61,7 @@ async def list_tournaments(request: web.Request) -> web.Response:
     previous page's, a position in the list)."""
     limit = int_param(request, "limit", LIST_PAGE, 1, MAX_LIST)
     start = int_param(request, "cursor", 0, 0, 10**9)
-    store = _store(request)
+    store = request.app[appkeys.TOURNAMENTS]
     ids = await store.ids(limit=limit + 1, offset=start)  # one more: is there a next page?
     found = await store.load_many(ids[:limit])
     body = {
@@ -90,7 +78,7 @@ async def create_tournament(request: web.Request) -> web.Response:
         raise ApiError("invalid_request", f"unknown game {spec.game!r}; known: {game_names()}")
     tid = new_tournament_id()
     try:
-        await _store(request).create(tid, spec, now_ms())
+        await request.app[appkeys.TOURNAMENTS].create(tid, spec, now_ms())
     except NoPermissionError:
         raise ApiError("forbidden", READ_ONLY, status=403) from None
     return respond(request, {"id": tid}, 201)
@@ -98,16 +86,12 @@ async def create_tournament(request: web.Request) -> web.Response:
 
 async def get_tournament(request: web.Request) -> web.Response:
     t = await _load(request)
-    app = request.app
-    return respond(
-        request, await tournament_report(app[appkeys.REDIS], app[appkeys.SETTINGS].keys, t)
-    )
+    return respond(request, await report_of(request.app[appkeys.QUERY], t))
 
 
 async def standings_file(request: web.Request) -> web.Response:
     t = await _load(request)
-    app = request.app
-    results = await tournament_results(app[appkeys.REDIS], app[appkeys.SETTINGS].keys, t)
+    results = await scheduled_results(request.app[appkeys.QUERY], t)
     return web.Response(
         text=standings_csv(report(t, results)),
         content_type="text/csv",
@@ -118,7 +102,7 @@ async def standings_file(request: web.Request) -> web.Response:
 async def cancel_tournament(request: web.Request) -> web.Response:
     operator(request)
     try:
-        t = await cancel(_store(request), (await _load(request)).id)
+        t = await cancel(request.app[appkeys.TOURNAMENTS], (await _load(request)).id)
     except NoPermissionError:
         raise ApiError("forbidden", READ_ONLY, status=403) from None
     return respond(request, summary(t))
@@ -141,9 +125,7 @@ async def leaderboard(request: web.Request) -> web.Response:
     limit = int_param(request, "limit", BOARD_PAGE, 1, MAX_BOARD_PAGE)
     offset = int_param(request, "offset", 0, 0, 10**9)
     app = request.app
-    held = await app[appkeys.LEADERBOARDS].boards(
-        app[appkeys.REDIS], app[appkeys.SETTINGS].keys, game
-    )
+    held = await app[appkeys.LEADERBOARDS].boards(app[appkeys.QUERY], game)
     boards = [
         {**b, "rows": b["rows"][offset : offset + limit], "total": len(b["rows"])}
         for b in held.boards

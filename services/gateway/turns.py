@@ -99,7 +99,6 @@ class Turns:
         self.bot = bot
         self.sent: set[tuple[str, int]] = set()
         self.games: dict[str, int] = {}  # game id -> the seat it plays there
-        self.inbox = app[appkeys.SETTINGS].keys.bot_turns(bot)
         self.last = "0-0"
         #: game names (every option set), game types, or `READY_FOR_ALL`
         self.ready: set[str | GameType] = set(ready)
@@ -110,13 +109,12 @@ class Turns:
     # -- finding turns -------------------------------------------------------------------
     async def pending(self) -> list[TurnRequest]:
         """Turns waiting now; `last` becomes the newest inbox entry this looked at."""
-        redis = self.app[appkeys.REDIS]
-        recent: Any = await redis.xrevrange(self.inbox, count=RECENT_TURNS)
+        query = self.app[appkeys.QUERY]
+        recent = await query.recent_turns(self.bot, RECENT_TURNS)
         self.last = as_text(recent[0][0]) if recent else "0-0"
         # The newest turn requests whose game has not moved on since: this finds a turn
         # sent just before the connection, which the index may not show yet.
         turns = self.from_inbox(list(reversed(recent)))
-        query = self.app[appkeys.QUERY]
         heads = await query.heads([t.game_id for t in turns]) if turns else []
         out = [t for t, head in zip(turns, heads, strict=True) if head == t.seq]
         self.sent.difference_update((t.game_id, t.seq) for t in turns)

@@ -25,8 +25,9 @@ from schemas.events import EventMap
 from services.bus.cache import LRU
 from services.bus.clients import log_entries
 from services.bus.connection import Client, ReplicasBehind
-from services.bus.consumer import ConsumerOptions, ConsumerSettings, Entry, StreamConsumer
+from services.bus.consumer import ConsumerOptions, ConsumerSettings, StreamConsumer
 from services.bus.keys import FEED_GROUPS, PROJECTOR_GROUP, Keys
+from services.bus.reader import Entry
 from services.gamelog.fold import GameFold, fold
 from services.projector.registry import Write, head_of, unconfirmed, write
 

@@ -30,7 +30,7 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
-from schemas.codec import FIELD_BYTES, unpack
+from schemas.codec import unpack
 from schemas.commands import Abort, CreateGame, SeatSpec
 from schemas.tokens import admin_token
 from schemas.tournaments import TournamentEnded
@@ -69,6 +69,7 @@ class Director:
         self.keys = keys or Keys()
         self.store = TournamentStore(redis, self.keys)
         self.commands = CommandClient(redis, self.keys)
+        self.query = QueryClient(redis, self.keys)
         self.only = only
         self.secret = secret or b""
         self.every_s = every_s
@@ -128,7 +129,7 @@ class Director:
             if ids:
                 ids = share(ids, await self._peers(), self.name)
         if ids:
-            self._lag = platform_lag(await QueryClient(self.redis, self.keys).processes())
+            self._lag = platform_lag(await self.query.processes())
         done = 0
         for tid in ids:
             done += await self.advance(tid)
@@ -185,13 +186,11 @@ class Director:
         game_ids = [g.game_id for g in t.pending()[: t.spec.concurrency]]
         if not game_ids:
             return {}
-        pipe = self.redis.pipeline(transaction=False)
-        for gid in game_ids:
-            pipe.xrevrange(self.keys.log(gid), "+", "-", count=1)
-        out: dict[str, Any] = {}
-        for gid, rows in zip(game_ids, await pipe.execute(), strict=True):
-            out[gid] = unpack(rows[0][1][FIELD_BYTES]) if rows else None
-        return out
+        newest = await self.query.newest(game_ids)
+        return {
+            gid: None if entry is None else unpack(entry.data)
+            for gid, entry in zip(game_ids, newest, strict=True)
+        }
 
     async def _create(self, t: Tournament, existing: set[str]) -> int:
         """Create scheduled games, in order, while fewer than the concurrency are going."""

@@ -5,8 +5,10 @@ partition, never an imported one's); this module reads them from every partition
 turns them into what people look at, through the pure functions of
 `services.stats.standings`: standings with tie-breaks, the crosstable, terminations and
 faults, per-bot health, each pair's Elo with error bars, LOS and pentanomial counts,
-Glicko-2 ratings, and a match's SPRT. Leaderboards replay every record of a game's rules,
-so the gateway computes them once per `results_version` (`gateway.leaderboards.Leaderboards`).
+Glicko-2 ratings, and a match's SPRT. The records come through `QueryClient` (its
+`results`, `tournament_results` and `heads`); this module spells no key. Leaderboards replay
+every record of a game's rules, so the gateway computes them once per
+`QueryClient.results_version` (`gateway.leaderboards.Leaderboards`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from services.bus.clients import QueryClient
 from services.bus.connection import Client
 from services.bus.keys import Keys
 from services.stats.sprt import Pentanomial
@@ -56,65 +59,46 @@ def parse_record(data: bytes, pairs: dict[str, tuple[str, int]] | None = None) -
     )
 
 
-async def _records(redis: Client, keys: Sequence[str]) -> list[bytes]:
-    pipe = redis.pipeline(transaction=False)
-    for key in keys:
-        pipe.hvals(key)
-    return [v for values in await pipe.execute() for v in values]
-
-
-async def tournament_results(redis: Client, keys: Keys, t: Tournament) -> list[GameResult]:
+async def scheduled_results(query: QueryClient, t: Tournament) -> list[GameResult]:
     """Every finished game of `t`, from the read models, in the order they ended. Only the
     games `t` scheduled count: a game that merely names the tournament (its `GameCreated`
     is anyone's to write in a log) is no result of it."""
     pairs = {gid: (s.scheduled.encounter, s.scheduled.round) for gid, s in t.games.items()}
-    records = await _records(
-        redis, [keys.tournament_results(p, t.id) for p in keys.all_partitions()]
-    )
+    records = await query.tournament_results(t.id)
     out = [r for r in (parse_record(r, pairs) for r in records) if r.game_id in pairs]
     return sorted(out, key=lambda r: (r.ended_ms, r.game_id))
 
 
-async def started(redis: Client, keys: Keys, t: Tournament) -> set[str]:
+async def started(query: QueryClient, t: Tournament) -> set[str]:
     """The scheduled games not recorded yet that exist (have a log): the rest still wait
     for the director to create them."""
     ids = [gid for gid, s in t.games.items() if s.recorded is None]
-    if not ids:
-        return set()
-    pipe = redis.pipeline(transaction=False)
-    for gid in ids:
-        pipe.xlen(keys.log(gid))
-    return {gid for gid, n in zip(ids, await pipe.execute(), strict=True) if n}
+    heads = await query.heads(ids) if ids else []
+    return {gid for gid, head in zip(ids, heads, strict=True) if head}
+
+
+async def report_of(query: QueryClient, t: Tournament) -> dict[str, Any]:
+    """`report` of `t` with its results and started games read through `query`."""
+    return report(t, await scheduled_results(query, t), await started(query, t))
+
+
+async def tournament_results(redis: Client, keys: Keys, t: Tournament) -> list[GameResult]:
+    """`scheduled_results` for a caller holding a connection (the CLI, the tests)."""
+    return await scheduled_results(QueryClient(redis, keys), t)
 
 
 async def tournament_report(redis: Client, keys: Keys, t: Tournament) -> dict[str, Any]:
-    """`report` of `t` with its results and started games read from Redis."""
-    return report(t, await tournament_results(redis, keys, t), await started(redis, keys, t))
-
-
-async def game_records(redis: Client, keys: Keys, game: str) -> list[bytes]:
-    """Every result record of the rules `game` (finished games between two named players)."""
-    return await _records(redis, [keys.results(p, game) for p in keys.all_partitions()])
+    """`report_of` for a caller holding a connection (the CLI, the tests)."""
+    return await report_of(QueryClient(redis, keys), t)
 
 
 async def game_results(redis: Client, keys: Keys, game: str) -> list[GameResult]:
     """Every finished game of the rules `game` between two named players."""
-    return _sorted_results(await game_records(redis, keys, game))
+    return _sorted_results(await QueryClient(redis, keys).results(game))
 
 
 def _sorted_results(records: Sequence[bytes]) -> list[GameResult]:
     return sorted((parse_record(r) for r in records), key=lambda r: (r.ended_ms, r.game_id))
-
-
-async def results_version(redis: Client, keys: Keys, game: str) -> tuple[int, ...]:
-    """The version of the rules `game`'s results: how many records each partition holds
-    (one HLEN each, whatever their number). A record is written once, when its game ends,
-    and kept (`agon archive` keeps it too); only a rebuild that drops imported games'
-    records takes any away, so the counts change whenever the records do."""
-    pipe = redis.pipeline(transaction=False)
-    for p in keys.all_partitions():
-        pipe.hlen(keys.results(p, game))
-    return tuple(int(n) for n in await pipe.execute())
 
 
 def ranked(records: Sequence[bytes], now_ms: int | None = None) -> list[dict[str, Any]]:

@@ -22,8 +22,8 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import NoPermissionError, ResponseError
 
-from services.acl_cmd import USERS
 from services.cli import main as agon
+from services.cli.acl import USERS
 from tests.security.attacks import report
 from tests.test_acl import PREFIX, Deployment, deployment  # noqa: F401 (the fixture)
 

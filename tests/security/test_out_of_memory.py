@@ -51,18 +51,16 @@ async def test_a_spell_out_of_memory_is_backpressure_and_costs_no_game(
             client = await arena.gateway()
 
             async def create() -> int:
-                resp = await client.post(
-                    "/api/games",
-                    json={
-                        "game": "teeko",
-                        "seats": [{"bot": "random"}, {"bot": "random"}],
-                        "move_time": 1,
-                    },
-                )
-                if resp.status == 503:
-                    assert int(resp.headers["Retry-After"]) >= 1
-                    assert (await resp.json())["code"] == "unavailable"
-                return resp.status
+                body = {
+                    "game": "teeko",
+                    "seats": [{"bot": "random"}, {"bot": "random"}],
+                    "move_time": 1,
+                }
+                async with client.post("/api/games", json=body) as resp:  # released after
+                    if resp.status == 503:
+                        assert int(resp.headers["Retry-After"]) >= 1
+                        assert (await resp.json())["code"] == "unavailable"
+                    return resp.status
 
             created = Counter(await asyncio.gather(*(create() for _ in range(GAMES))))
             assert created == {201: GAMES}

@@ -46,8 +46,8 @@ from services.archive import (
 )
 from services.bus.connection import Client
 from services.bus.keys import Keys
-from services.options import UsageError, positive_int
-from services.redis_embedded import add_service_arguments, add_wait_argument
+from services.cli.common import add_service_arguments, add_wait_argument, with_redis
+from services.cli.options import UsageError, positive_int
 
 KIB = 1024
 
@@ -129,8 +129,6 @@ class _Archive:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from services.runtime import _with_redis
-
         try:
             age = parse_age(args.older_than)
         except ValueError as exc:
@@ -152,7 +150,7 @@ class _Archive:
                 print(json.dumps(stats.summary()))
             return 1 if stats.failed else 0
 
-        return _with_redis(args, body, embedded=False, repeatable=True)
+        return with_redis(args, body, embedded=False, repeatable=True)
 
 
 def _archive_summary(stats: ArchiveStats, where: Archive, age: int) -> str:
@@ -196,8 +194,6 @@ class _Restore:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from services.runtime import _with_redis
-
         if bool(args.game_ids) == args.all:
             raise UsageError(
                 "name the games to restore (ID ...) or pass --all"
@@ -223,7 +219,7 @@ class _Restore:
                 print(json.dumps({**vars(stats), "seconds": round(stats.seconds, 3)}))
             return 1 if stats.refused else 0
 
-        return _with_redis(args, body, embedded=False, repeatable=True)
+        return with_redis(args, body, embedded=False, repeatable=True)
 
 
 def _ids(where: Archive, game_ids: list[str]) -> list[str]:

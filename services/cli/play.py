@@ -11,7 +11,7 @@ import argparse
 import random
 
 from engine import Game, game_names
-from services.options import UsageError, game_options_or_usage, parse_options, positive_int
+from services.cli.options import UsageError, game_options_or_usage, parse_options, positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -17,8 +17,9 @@ import asyncio
 from services.bus.connection import Client
 from services.bus.keys import Keys
 from services.bus.registry import BotRegistry
-from services.options import UsageError
-from services.runtime import BOTS, _with_redis
+from services.cli.common import with_redis
+from services.cli.options import UsageError
+from services.cli.services import BOTS
 
 ACTIONS = ("revoke",)
 
@@ -47,7 +48,7 @@ class _Bots:
             print(f"agon bots: revoked {revoked} key{'s' * (revoked != 1)} of {args.name}")
             return 0
 
-        return _with_redis(args, body, embedded=False)
+        return with_redis(args, body, embedded=False)
 
 
 BOTS_COMMAND = _Bots()

@@ -48,8 +48,8 @@ from services.bus.connection import Client, RedisUnavailable, connect, redact, r
 from services.bus.keys import Keys
 from services.bus.presence import Beat, GroupRow, alive, group_totals, rows_of
 from services.bus.text import as_text, now_ms
-from services.options import UsageError, positive_float
-from services.redis_embedded import add_service_arguments, add_wait_argument, setup_logging
+from services.cli.common import add_service_arguments, add_wait_argument, setup_logging
+from services.cli.options import UsageError, positive_float
 
 #: INFO sections read from every primary (several sections in one INFO: Redis >= 7).
 INFO_SECTIONS = ("server", "memory", "replication", "persistence")

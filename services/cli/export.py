@@ -22,8 +22,8 @@ import urllib.request
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from services.cli.options import UsageError
 from services.gamelog.export import origin_problem, public_key, split_signature, verify_export
-from services.options import UsageError
 
 #: Where a gateway publishes its export key (`services.gateway.games.export_key`).
 KEY_PATH = "/.well-known/agon-export-key"

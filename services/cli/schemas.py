@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from schemas.codec import schemas
-from services.options import UsageError
+from services.cli.options import UsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

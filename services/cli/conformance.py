@@ -26,7 +26,7 @@ from typing import Any
 from engine import Game, State, load_game
 from engine.boards import Board, load_board
 from engine.pattern import check_pattern_lines, parse_walk
-from services.options import UsageError
+from services.cli.options import UsageError
 
 _ADD = re.compile(r"^Add@(\d+)$")
 _REMOVE = re.compile(r"^Remove@(\d+)$")

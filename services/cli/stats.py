@@ -15,7 +15,7 @@ import argparse
 import json
 from typing import Any
 
-from services.options import UsageError, finite_float, non_negative_int, probability
+from services.cli.options import UsageError, finite_float, non_negative_int, probability
 from services.stats.sprt import (
     MODELS,
     Counts,

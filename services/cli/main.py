@@ -5,7 +5,7 @@ A subcommand is a module (or an object, named `module:attribute`) with
 imported, so `agon conformance` never loads Redis code.
 
 Every input error is one line on stderr and exit status 2, never a traceback: argparse
-errors (the problem first, then the usage), a `services.options.UsageError` raised by
+errors (the problem first, then the usage), a `services.cli.options.UsageError` raised by
 `run`, and an unreadable file the user named. Output cut short by a closed pipe
 (`agon play | head`) ends quietly with 0, Ctrl-C with 130. Anything else is a bug and
 keeps its traceback.
@@ -19,35 +19,47 @@ import os
 import sys
 from typing import Any, NoReturn
 
-from services.options import UsageError
+from services.cli.options import UsageError
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "conformance": ("services.conformance", "replay Ludii trial and Pattern/Line verdict files"),
+    "conformance": (
+        "services.cli.conformance",
+        "replay Ludii trial and Pattern/Line verdict files",
+    ),
     "bench": ("bench.benchmarks", "run a benchmark and print its figures"),
-    "play": ("services.play", "play seeded random games in the terminal, without Redis"),
-    "schemas": ("services.schemas_cmd", "export the JSON Schema of every wire model"),
-    "up": ("services.runtime:UP", "run every service in one process (embedded Redis by default)"),
-    "selfplay": ("services.runtime:SELFPLAY", "play N games between bots through the pipeline"),
-    "verify": ("services.runtime:VERIFY", "replay every log, check hash chains and read models"),
-    "rebuild": ("services.runtime:REBUILD", "recompute every read model from the logs"),
-    "archive": ("services.archive_cmd:ARCHIVE", "move finished games out of Redis into files"),
-    "restore": ("services.archive_cmd:RESTORE", "bring archived games back into Redis"),
-    "verify-export": ("services.export_cmd", "check an exported game log offline: chain, replay"),
-    "replay": ("services.replay_cmd", "step through a game's log (Redis or an export) as text"),
-    "stats": ("services.stats_cmd", "Elo, error bars, LOS and the SPRT for given results"),
-    "tournament": ("services.tournament_cmd", "create, run, follow or cancel a tournament"),
-    "match": ("services.tournament_cmd:MATCH", "play pairs of games until the SPRT decides"),
-    "engine": ("services.runtime:ENGINE", "run one engine service (validate, append, reply)"),
-    "projector": ("services.runtime:PROJECTOR", "run one projector (read models from the feeds)"),
-    "dispatcher": ("services.runtime:DISPATCHER", "run one dispatcher (turn requests, clocks)"),
+    "play": ("services.cli.play", "play seeded random games in the terminal, without Redis"),
+    "schemas": ("services.cli.schemas", "export the JSON Schema of every wire model"),
+    "up": ("services.cli.up:UP", "run every service in one process (embedded Redis by default)"),
+    "selfplay": (
+        "services.cli.selfplay:SELFPLAY",
+        "play N games between bots through the pipeline",
+    ),
+    "verify": ("services.cli.admin:VERIFY", "replay every log, check hash chains and read models"),
+    "rebuild": ("services.cli.admin:REBUILD", "recompute every read model from the logs"),
+    "archive": ("services.cli.archive:ARCHIVE", "move finished games out of Redis into files"),
+    "restore": ("services.cli.archive:RESTORE", "bring archived games back into Redis"),
+    "verify-export": ("services.cli.export", "check an exported game log offline: chain, replay"),
+    "replay": ("services.cli.replay", "step through a game's log (Redis or an export) as text"),
+    "stats": ("services.cli.stats", "Elo, error bars, LOS and the SPRT for given results"),
+    "tournament": ("services.cli.tournament", "create, run, follow or cancel a tournament"),
+    "match": ("services.cli.tournament:MATCH", "play pairs of games until the SPRT decides"),
+    "engine": ("services.cli.services:ENGINE", "run one engine service (validate, append, reply)"),
+    "projector": (
+        "services.cli.services:PROJECTOR",
+        "run one projector (read models from the feeds)",
+    ),
+    "dispatcher": (
+        "services.cli.services:DISPATCHER",
+        "run one dispatcher (turn requests, clocks)",
+    ),
     "bots": (
-        "services.bots_cmd:BOTS_COMMAND",
+        "services.cli.bots:BOTS_COMMAND",
         "run bot workers (answer turn requests), or revoke an outside bot's keys",
     ),
-    "gateway": ("services.runtime:GATEWAY", "serve the HTTP/WebSocket API for people and bots"),
-    "director": ("services.runtime:DIRECTOR", "run one tournament director (shares them out)"),
-    "status": ("services.status_cmd", "processes, consumer lag, live games, Redis memory"),
-    "acl": ("services.acl_cmd", "write Redis ACL users, one per service kind, and their URLs"),
+    "gateway": ("services.cli.up:GATEWAY", "serve the HTTP/WebSocket API for people and bots"),
+    "director": ("services.cli.services:DIRECTOR", "run one tournament director (shares them out)"),
+    "status": ("services.cli.status", "processes, consumer lag, live games, Redis memory"),
+    "acl": ("services.cli.acl", "write Redis ACL users, one per service kind, and their URLs"),
 }
 
 #: Exit statuses: a bad input, and Ctrl-C (128 + SIGINT, as a shell reports it).

@@ -49,7 +49,7 @@ from urllib.parse import urlsplit
 from bots import bot_names
 from schemas.tokens import clock_key, new_secret
 from services.bus.keys import DEFAULT_PREFIX, Keys
-from services.options import UsageError
+from services.cli.options import UsageError
 
 #: The users, in the order the files list them (`default` is written off, first).
 USERS = ("engine", "projector", "dispatcher", "bots", "gateway", "director", "operator")

@@ -47,11 +47,11 @@ from services.archive import ARCHIVE_ENV, Archive, ArchiveError
 from services.bus.clients import LogEntry, QueryClient
 from services.bus.connection import RedisUnavailable, connect, redact, ride_out
 from services.bus.keys import Keys
-from services.export_cmd import read_text
+from services.cli.common import add_service_arguments, add_wait_argument
+from services.cli.export import read_text
+from services.cli.options import UsageError, non_negative_int
 from services.gamelog.export import ExportError, log_problems, read_jsonl
 from services.gamelog.fold import GameFold, by_ply
-from services.options import UsageError, non_negative_int
-from services.redis_embedded import add_service_arguments, add_wait_argument
 
 #: Colour 1 and colour 2 as drawn, and their colour-blind-safe styles (Okabe-Ito sky blue
 #: and orange, readable on dark and light terminals alike).

@@ -30,7 +30,15 @@ from services.bus.clients import QueryClient
 from services.bus.connection import Client
 from services.bus.keys import Keys
 from services.bus.text import now_ms
-from services.options import (
+from services.cli.common import (
+    add_ack_arguments,
+    add_service_arguments,
+    add_wait_argument,
+    again_after_failover,
+    replicas_to_wait_for,
+    with_redis,
+)
+from services.cli.options import (
     UsageError,
     finite_float,
     game_options_or_usage,
@@ -40,7 +48,7 @@ from services.options import (
     positive_int,
     probability,
 )
-from services.redis_embedded import add_service_arguments, add_wait_argument
+from services.cli.pipeline import ServiceSet
 from services.stats.sprt import MODELS
 from services.tournament.aggregate import Tournament
 from services.tournament.director import Director, cancel
@@ -107,8 +115,6 @@ def _game_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _services_argument(p: argparse.ArgumentParser) -> None:
-    from services.runtime import add_ack_arguments
-
     p.add_argument(
         "--services",
         choices=("auto", "all", "none"),
@@ -186,8 +192,6 @@ def _sprt(args: argparse.Namespace) -> SprtSpec:
 
 # -- running ------------------------------------------------------------------------------------
 def run(args: argparse.Namespace) -> int:
-    from services.runtime import _with_redis
-
     action = getattr(args, "tournament_command", "match")
     if action in ("create", "run", "match") and not getattr(args, "id", None):
         if action == "match":
@@ -204,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
     tid, created = getattr(args, "id", None) or new_tournament_id(), now_ms()
     if action in ("run", "match"):
         services = args.services == "all" or (args.services == "auto" and not args.redis_url)
-        return _with_redis(
+        return with_redis(
             args,
             lambda redis, keys, url, stop: _run(
                 redis, keys, url, stop, args, spec, services, tid, created
@@ -240,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
             _print(args, rep, Group(_standings(rep), _crosstable(rep), _ratings(rep)))
         return 0
 
-    return _with_redis(args, body, embedded=False, repeatable=True)
+    return with_redis(args, body, embedded=False, repeatable=True)
 
 
 async def _create(store: TournamentStore, tid: str, spec: TournamentSpec, created: int) -> None:
@@ -270,8 +274,6 @@ async def _run(
     tid: str,
     created: int,
 ) -> int:
-    from services.runtime import ServiceSet, again_after_failover, replicas_to_wait_for
-
     store = TournamentStore(redis, keys)
     if spec is not None:
         await again_after_failover(args, lambda: _create(store, tid, spec, created))

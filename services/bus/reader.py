@@ -1,0 +1,474 @@
+"""The group reader: one consumer group over partition streams, read, claimed and acknowledged.
+
+`GroupReader` is what every consumer loop (`services.bus.consumer`) reads with: one consumer
+group, a process-unique consumer name, batches of entries (`Entry`: stream, id and the
+encoded model), each acknowledged by `ack` after its effect is written. `ensure_group`
+creates a group and its stream; `trim_acknowledged` drops what every group has acknowledged.
+
+`GroupReader` never names two hash slots in one command, so it works on a Redis Cluster,
+where each partition is its own slot. A single server has no slots, and one XREADGROUP
+over every stream serves all partitions in one round trip with whole batches (one lane per
+stream costs a third of the throughput there, measured). On a cluster, reads that do not
+wait go stream by stream in one pipeline, and waiting uses one blocking XREADGROUP per
+stream ("lanes", each on its own connection), fanned into one buffer; a lane holds at most
+one unread batch. `read(None)` never waits: the drain ("burst") mode of tests and benchmarks.
+
+Dead consumers are noticed in about a second, not minutes: every running consumer beats
+(`services.bus.presence`) four times a second; a sweep every half second claims (XCLAIM)
+entries pending with a consumer that is not alive by its beat (none for `ALIVE_MS`, 1 s),
+so a killed bot worker's turn is answered by another well inside a 2 s move clock.
+Housekeeping removes dead consumers that hold nothing from the group; the sweep sets
+aside entries delivered `max_deliveries` times (they kill whoever takes them). Entries
+idle for `claim_idle_ms` are claimed too, from a stuck process that still beats or from
+this consumer itself (a read whose answer was lost on a dropped connection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from schemas.codec import FIELD_BYTES
+from services.bus.cache import LRU
+from services.bus.connection import TRANSIENT_ERRORS, Client, is_cluster
+from services.bus.presence import ALIVE_MS, Beat, alive, group_rows, group_totals
+from services.bus.text import as_text, now_ms
+
+log = logging.getLogger("agon.bus")
+
+#: The pause after a failed batch, so that a Redis that is down is not hammered.
+RETRY_PAUSE_S = 0.5
+#: How many received entry ids a reader remembers, to tell an entry Redis delivered to it
+#: but whose answer it never got; far beyond any batch in flight.
+SEEN_IDS = 20_000
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, n = entry_id.partition("-")
+    return int(ms), int(n or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One stream entry as a reader got it."""
+
+    stream: str
+    entry_id: bytes
+    #: The encoded model in field `m`, or None when the entry has no such field.
+    data: bytes | None
+
+
+async def ensure_group(redis: Client, stream: str, group: str, start: str = "0") -> None:
+    """Create a consumer group (and its stream) unless it exists."""
+    try:
+        await redis.xgroup_create(stream, group, id=start, mkstream=True)
+    except ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+
+
+async def trim_acknowledged(redis: Client, stream: str, groups: Sequence[str]) -> int:
+    """Drop the entries of `stream` that every one of `groups` has acknowledged.
+
+    Nothing is trimmed while one of the groups does not exist yet (it would start from the
+    beginning and must find everything there). Returns how many entries went.
+    """
+    try:
+        info: Any = await redis.xinfo_groups(stream)
+    except ResponseError:
+        return 0  # no such stream
+    by_name = {as_text(g["name"]): g for g in info}
+    if any(g not in by_name for g in groups):
+        return 0
+    floor: str | None = None
+    for name in groups:
+        g = by_name[name]
+        delivered = as_text(g["last-delivered-id"])
+        if g["pending"]:
+            summary: Any = await redis.xpending(stream, name)
+            delivered = min(delivered, as_text(summary["min"]), key=_id_key)
+        else:
+            ms, n = _id_key(delivered)
+            delivered = f"{ms}-{n + 1}"  # everything up to and including it is acknowledged
+        floor = delivered if floor is None else min(floor, delivered, key=_id_key)
+    if floor is None or floor in ("0-0", "0-1"):
+        return 0
+    removed: int = await redis.xtrim(stream, minid=floor, approximate=False)
+    return removed
+
+
+def seen(task: asyncio.Future[Any]) -> None:
+    """A done callback that marks a background task's failure as seen (awaiting the task
+    still raises it). A claim pass's failure is reported by the next read; a reader stopped
+    or dropped first has nothing to report, and asyncio would log the failure, traceback
+    and all, whenever the task is collected (in whatever code runs then)."""
+    if not task.cancelled():
+        task.exception()
+
+
+class GroupReader:
+    """Reads `streams` as consumer `consumer` of `group`; claims the work of dead consumers.
+
+    `claim_idle_ms`: how long an entry may sit with a live consumer before this one takes
+    it; `dead_idle_ms`: how idle a dead consumer's entry must be before it is taken (so that
+    two sweeping consumers do not both take it).
+    """
+
+    def __init__(
+        self,
+        redis: Client,
+        streams: Sequence[str],
+        group: str,
+        consumer: str,
+        *,
+        heartbeats: str,
+        count: int = 500,
+        claim_idle_ms: int = 30_000,
+        dead_idle_ms: int = 500,
+        claim_every_s: float = 0.5,
+        max_deliveries: int = 5,
+    ) -> None:
+        self.redis = redis
+        self.streams = list(streams)
+        self.group = group
+        self.consumer = consumer
+        self.heartbeats = heartbeats
+        self.count = count
+        self.claim_idle_ms = claim_idle_ms
+        self.dead_idle_ms = dead_idle_ms
+        self.claim_every_s = claim_every_s
+        self.max_deliveries = max_deliveries
+        #: entries claimed from dead or stuck consumers so far
+        self.claimed = 0
+        #: claimed entries delivered `max_deliveries` times: the loop sets them aside
+        self.poison: list[Entry] = []
+        self._next_claim = 0.0
+        self._claiming: asyncio.Task[list[Entry]] | None = None
+        #: entries this reader received (the newest): Redis may have delivered others to it
+        #: whose answer was lost (the client retried the read after a dropped connection)
+        self._received_ids: LRU[tuple[str, bytes], bool] = LRU(SEEN_IDS)
+        self._ready = False
+        self._recovering = False
+        self._lanes: list[asyncio.Task[None]] = []
+        self._buffer: list[Entry] = []
+        self._cond = asyncio.Condition()
+        self._lane_block_ms = 1000
+
+    async def setup(self) -> None:
+        for stream in self.streams:
+            await ensure_group(self.redis, stream, self.group)
+        self._ready = True
+
+    async def read(self, block_ms: int | None = None, *, reclaim: bool = False) -> list[Entry]:
+        """The next batch: own and claimed entries first, then new ones.
+
+        Waits up to `block_ms` for new entries (None: not at all), and no longer than the
+        claim period while waiting: claiming runs beside the reads every `claim_every_s`
+        (a claim pass costs round trips that no read should wait for), its entries handed
+        over by the next read; when `reclaim` is set (drain mode) it runs now, first.
+        """
+        try:
+            return await self._read(block_ms, reclaim)
+        except ResponseError as exc:
+            if "NOGROUP" in str(exc):
+                # The stream went away with its group (Redis lost its data, or someone
+                # deleted it): make the groups again on the next read.
+                self._ready = False
+            raise
+
+    async def _read(self, block_ms: int | None, reclaim: bool) -> list[Entry]:
+        if not self._ready:
+            await self.setup()
+        if self._recovering:
+            own = await self._own_pending()
+            if own:
+                return own
+            self._recovering = False
+        if reclaim:
+            self._next_claim = time.monotonic() + self.claim_every_s
+            claimed = await self.reclaim()
+        else:
+            claimed = self._claimed_beside()
+        if claimed:
+            return claimed
+        if block_ms is None:
+            return await self._poll()
+        return await self._wait(min(block_ms, max(1, int(self.claim_every_s * 1000))))
+
+    def _received(self, raw: Any) -> list[Entry]:
+        """A read's answer as entries, each noted as received."""
+        entries = _entries(raw)
+        for e in entries:
+            self._received_ids.put((e.stream, e.entry_id), True)
+        return entries
+
+    def _claimed_beside(self) -> list[Entry]:
+        """What the last claim pass beside the reads took, and the next pass when due."""
+        task, out = self._claiming, []
+        if task is not None and task.done():
+            self._claiming = None
+            if not task.cancelled() and task.exception() is None:
+                out = task.result()
+            elif not task.cancelled():
+                # Redis away: the next pass tries again (and takes back what an XCLAIM
+                # whose answer was lost gave this consumer: it never received them).
+                log.debug("%s: a claim pass failed: %s", self.consumer, task.exception())
+        if self._claiming is None and time.monotonic() >= self._next_claim:
+            self._next_claim = time.monotonic() + self.claim_every_s
+            self._claiming = asyncio.create_task(self.reclaim())
+            self._claiming.add_done_callback(seen)
+        return out
+
+    async def _poll(self) -> list[Entry]:
+        """New entries of every stream without waiting."""
+        return await self._read_streams(">", None)
+
+    async def _read_streams(self, start: str, block_ms: int | None) -> list[Entry]:
+        """XREADGROUP of every stream from `start` (">": new ones; "0": own pending).
+
+        A single server has no slots: one command serves every stream. On a cluster each
+        stream gets its own command (pipelined; never blocking: see `_wait`).
+        """
+        if not is_cluster(self.redis):
+            raw: Any = await self.redis.xreadgroup(
+                self.group,
+                self.consumer,
+                dict.fromkeys(self.streams, start),
+                count=self.count,
+                block=block_ms,
+            )
+            return self._received(raw)
+        pipe = self.redis.pipeline(transaction=False)
+        for stream in self.streams:
+            pipe.xreadgroup(self.group, self.consumer, {stream: start}, count=self.count)
+        out: list[Entry] = []
+        for answer in await pipe.execute():
+            out.extend(self._received(answer))
+        return out
+
+    async def _wait(self, block_ms: int) -> list[Entry]:
+        """New entries, waiting up to `block_ms` for something to arrive."""
+        if not is_cluster(self.redis):
+            return await self._read_streams(">", block_ms)
+        if not self._lanes:
+            self._lanes = [asyncio.create_task(self._lane(s)) for s in self.streams]
+        async with self._cond:
+            if not self._buffer:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._cond.wait_for(lambda: bool(self._buffer)), block_ms / 1000
+                    )
+            out, self._buffer = self._buffer, []
+            self._cond.notify_all()
+        return out
+
+    async def _lane(self, stream: str) -> None:
+        """Block on one stream; hand over what arrives; wait until it was taken."""
+        while True:
+            try:
+                raw: Any = await self.redis.xreadgroup(
+                    self.group,
+                    self.consumer,
+                    {stream: ">"},
+                    count=self.count,
+                    block=self._lane_block_ms,
+                )
+            except ResponseError as exc:
+                if "NOGROUP" in str(exc):
+                    with contextlib.suppress(*TRANSIENT_ERRORS, ResponseError):
+                        await ensure_group(self.redis, stream, self.group)
+                else:
+                    log.warning("%s: reading %s failed: %s", self.consumer, stream, exc)
+                await asyncio.sleep(RETRY_PAUSE_S)
+                continue
+            except TRANSIENT_ERRORS:
+                await asyncio.sleep(RETRY_PAUSE_S)
+                continue
+            entries = self._received(raw)
+            if entries:
+                async with self._cond:
+                    self._buffer.extend(entries)
+                    self._cond.notify_all()
+                    await self._cond.wait_for(lambda: not self._buffer)
+
+    async def close(self) -> None:
+        """Stop the lanes. Entries a cancelled lane had read stay pending with this consumer;
+        once its heartbeat is gone another consumer claims them."""
+        lanes: list[asyncio.Task[Any]] = [*self._lanes]
+        if self._claiming is not None:
+            lanes.append(self._claiming)  # what it claimed stays pending with this consumer
+        self._lanes, self._claiming = [], None
+        for lane in lanes:
+            lane.cancel()
+        if lanes:
+            await asyncio.wait(lanes, timeout=2.0)
+        if self._buffer:
+            self.recover()  # handed over but not processed: read them again if we go on
+            self._buffer = []
+
+    def recover(self) -> None:
+        """After a failed batch: read this consumer's own pending entries again first.
+
+        XREADGROUP ">" never redelivers them to their owner; without this they would wait
+        for another consumer's claim sweep.
+        """
+        self._recovering = True
+
+    async def _own_pending(self) -> list[Entry]:
+        return await self._read_streams("0", None)
+
+    async def dead_consumers(self, names: set[str]) -> set[str]:
+        """Which of `names` have no fresh heartbeat."""
+        if not names:
+            return set()
+        ordered = sorted(names)
+        beats: Any = await self.redis.hmget(self.heartbeats, ordered)
+        now = now_ms()
+        dead = set()
+        for name, raw in zip(ordered, beats, strict=True):
+            if not alive(Beat.parse(raw), now):
+                dead.add(name)
+        return dead
+
+    async def reclaim(self) -> list[Entry]:
+        """Take over entries of dead consumers and entries stuck with live ones.
+
+        One pipelined XPENDING per stream that has pending entries finds them; XCLAIM takes
+        them. Entries delivered `max_deliveries` times go to `poison` instead.
+        """
+        idle = min(self.dead_idle_ms, self.claim_idle_ms)
+        pipe = self.redis.pipeline(transaction=False)
+        for stream in self.streams:
+            pipe.xpending_range(stream, self.group, "-", "+", self.count, idle=idle)
+        rows_by_stream: list[Any] = await pipe.execute(raise_on_error=False)
+        owners = {
+            as_text(row["consumer"])
+            for rows in rows_by_stream
+            if not isinstance(rows, Exception)
+            for row in rows
+        }
+        owners.discard(self.consumer)
+        dead = await self.dead_consumers(owners)
+        take: dict[str, list[tuple[bytes, int]]] = {}
+        for stream, rows in zip(self.streams, rows_by_stream, strict=True):
+            if isinstance(rows, Exception):
+                continue  # no group yet: the next read makes it
+            for row in rows:
+                # Entries of a dead consumer, entries Redis delivered to this one that it
+                # never received (a read whose answer was lost: the client retried it
+                # after a dropped connection), and any entry idle too long.
+                owner = as_text(row["consumer"])
+                lost = owner == self.consumer and not self._received_ids.get(
+                    (stream, row["message_id"])
+                )
+                if lost or owner in dead or row["time_since_delivered"] >= self.claim_idle_ms:
+                    take.setdefault(stream, []).append(
+                        (row["message_id"], int(row["times_delivered"]))
+                    )
+        if not take:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for stream, ids in take.items():
+            pipe.xclaim(stream, self.group, self.consumer, idle, [i for i, _ in ids])
+        out: list[Entry] = []
+        for (stream, ids), claimed in zip(take.items(), await pipe.execute(), strict=True):
+            deliveries = dict(ids)
+            for entry_id, fields in claimed:
+                entry = Entry(stream, entry_id, _field(fields))
+                self._received_ids.put((stream, entry_id), True)
+                if deliveries.get(entry_id, 0) + 1 > self.max_deliveries:
+                    self.poison.append(entry)
+                else:
+                    out.append(entry)
+        self.claimed += len(out) + len(self.poison)
+        if out or self.poison:
+            log.info(
+                "%s: claimed %d entries of dead or stuck consumers (%s)",
+                self.consumer,
+                len(out) + len(self.poison),
+                ", ".join(sorted(dead)) or "stuck",
+            )
+        return out
+
+    async def forget_dead_consumers(self) -> int:
+        """Remove consumers with nothing pending and no fresh heartbeat from the group."""
+        pipe = self.redis.pipeline(transaction=False)
+        for stream in self.streams:
+            pipe.xinfo_consumers(stream, self.group)
+        infos = await pipe.execute(raise_on_error=False)
+        idle_empty: dict[str, list[str]] = {}
+        for stream, consumers in zip(self.streams, infos, strict=True):
+            if isinstance(consumers, Exception):
+                continue
+            for c in consumers:
+                name = as_text(c["name"])
+                if name != self.consumer and not c["pending"] and c["idle"] > ALIVE_MS:
+                    idle_empty.setdefault(name, []).append(stream)
+        dead = await self.dead_consumers(set(idle_empty))
+        if not dead:
+            return 0
+        pipe = self.redis.pipeline(transaction=False)
+        for name in sorted(dead):
+            for stream in idle_empty[name]:
+                pipe.xgroup_delconsumer(stream, self.group, name)
+        await pipe.execute(raise_on_error=False)
+        return len(dead)
+
+    async def leave(self) -> None:
+        """Deregister this consumer from its groups, where it holds nothing pending.
+
+        A consumer with pending entries stays, so that another one can claim them.
+        """
+        pipe = self.redis.pipeline(transaction=False)
+        for stream in self.streams:
+            pipe.xinfo_consumers(stream, self.group)
+        infos = await pipe.execute(raise_on_error=False)
+        for stream, consumers in zip(self.streams, infos, strict=True):
+            if isinstance(consumers, Exception):
+                continue
+            for c in consumers:
+                if as_text(c["name"]) == self.consumer and int(c["pending"]) == 0:
+                    await self.redis.xgroup_delconsumer(stream, self.group, self.consumer)
+
+    async def ack(self, entries: Sequence[Entry]) -> None:
+        by_stream: dict[str, list[bytes]] = {}
+        for e in entries:
+            by_stream.setdefault(e.stream, []).append(e.entry_id)
+        if not by_stream:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for stream, ids in by_stream.items():
+            pipe.xack(stream, self.group, *ids)
+        await pipe.execute()
+
+    async def lag(self) -> tuple[int, int]:
+        """(entries not yet delivered to the group, entries pending) over every stream."""
+        totals = group_totals(await group_rows(self.redis, self.streams))
+        return totals.get(self.group, (0, 0))
+
+
+def _entries(raw: Any) -> list[Entry]:
+    """The entries of an XREADGROUP answer (RESP2 list or RESP3 map), stream by stream."""
+    if not raw:
+        return []
+    items = raw.items() if isinstance(raw, dict) else raw
+    out: list[Entry] = []
+    for stream, entries in items:
+        if isinstance(entries, list) and len(entries) == 1 and isinstance(entries[0], list):
+            entries = entries[0]  # RESP3 wraps each stream's entries once more
+        name = as_text(stream)
+        out.extend(Entry(name, entry_id, _field(fields)) for entry_id, fields in entries)
+    return out
+
+
+def _field(fields: dict[bytes, bytes] | None) -> bytes | None:
+    if not fields:
+        return None
+    return fields.get(FIELD_BYTES)
