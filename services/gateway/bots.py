@@ -163,45 +163,43 @@ async def bot_move(request: web.Request) -> web.Response:
     reply = await answer(
         request.app, bot, request.match_info["id"], body.move, body.seq, body.clock
     )
-    if (error := refused(reply)) is not None:
-        raise error
-    return respond(request, {"seq": reply.seq})
+    return _answered(request, reply)
 
 
 async def answer(
     app: web.Application, bot: str, game_id: str, move: str, seq: int, clock: str = ""
 ) -> Reply:
-    seat = await _seat_of(app, bot, game_id)
+    seat, token = await _as_seat(app, bot, game_id)
     command = PlayMove(
-        command_id=f"{bot}:{game_id}:{seq}",
-        game_id=game_id,
-        seat=seat,
-        token=bot_token(app[appkeys.SECRET], game_id, seat),
-        move=move,
-        expected_seq=seq,
-        clock=clock,
-    )
+        command_id=f"{bot}:{game_id}:{seq}", game_id=game_id, seat=seat, token=token,
+        move=move, expected_seq=seq, clock=clock,
+    )  # fmt: skip
     return await submit(app, command)
 
 
 async def bot_resign(request: web.Request) -> web.Response:
     bot = await authenticate(request)
-    reply = await resign(request.app, bot, request.match_info["id"])
-    if (error := refused(reply)) is not None:
-        raise error
-    return respond(request, {"seq": reply.seq})
+    return _answered(request, await resign(request.app, bot, request.match_info["id"]))
 
 
 async def resign(app: web.Application, bot: str, game_id: str) -> Reply:
     """The engine's `Resign` for the bot's seat, signed with the seat's token."""
-    seat = await _seat_of(app, bot, game_id)
-    command = Resign(
-        command_id=f"{bot}:{game_id}:resign",
-        game_id=game_id,
-        seat=seat,
-        token=bot_token(app[appkeys.SECRET], game_id, seat),
-    )
+    seat, token = await _as_seat(app, bot, game_id)
+    command = Resign(command_id=f"{bot}:{game_id}:resign", game_id=game_id, seat=seat, token=token)
     return await submit(app, command)
+
+
+async def _as_seat(app: web.Application, bot: str, game_id: str) -> tuple[int, str]:
+    """The bot's seat in the game, and the token that speaks for it."""
+    seat = await _seat_of(app, bot, game_id)
+    return seat, bot_token(app[appkeys.SECRET], game_id, seat)
+
+
+def _answered(request: web.Request, reply: Reply) -> web.Response:
+    """The engine's reply to a bot's command: its refusal, or the seq it reached."""
+    if (error := refused(reply)) is not None:
+        raise error
+    return respond(request, {"seq": reply.seq})
 
 
 async def bot_ready(request: web.Request) -> web.Response:
