@@ -4,8 +4,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SHARED ?= ../shared
 SECONDS ?= 5
+HOSTS ?= 1,2,4,8
+CPU ?= 0.2
 
-.PHONY: run test lint bench load faults attack conformance venv golden clean
+.PHONY: run test lint bench load scale faults attack conformance venv golden clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -37,9 +39,13 @@ bench: $(STAMP)
 load: $(STAMP)
 	$(VENV)/bin/agon bench load --games 64 --seconds 20 --engines 1,2,4 --gateways 1,2 --spectators 128
 
+# The scale-out curve on simulated hosts (network namespaces, a CPU quota each; needs root).
+scale: $(STAMP)
+	$(VENV)/bin/agon bench scale --hosts $(HOSTS) --cpu $(CPU)
+
 # The fault suite in its full form (CI runs the short form inside `make test`).
 faults: $(STAMP)
-	AGON_FAULTS=full $(VENV)/bin/pytest -q tests/test_fault_suite.py tests/test_fault_fuzz.py tests/test_failover.py tests/test_faults.py
+	AGON_FAULTS=full $(VENV)/bin/pytest -q tests/faults/test_fault_suite.py tests/faults/test_fault_fuzz.py tests/bus/test_failover.py tests/faults/test_faults.py
 
 # The security suite in its long form (thousands of sockets, the out-of-memory spell, the
 # import forgery at scale): one line per attack, held or broken, with its figure.
@@ -50,7 +56,7 @@ conformance: $(STAMP)
 	$(VENV)/bin/agon conformance $(SHARED)/conformance/trials/*.jsonl $(SHARED)/conformance/patterns/*.jsonl
 
 golden: $(STAMP)
-	$(PY) -m tests.golden regenerate
+	$(PY) -m tests.support.golden regenerate
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -43,7 +43,7 @@ PLAYOUT_ROWS: list[tuple[str, dict[str, Any]]] = [
     ("overflow", {"size": 4}),
 ]
 
-DEFAULT_LUDII_TSV = Path(__file__).resolve().parents[2] / "shared/conformance/ludii-bench.tsv"
+DEFAULT_LUDII_TSV = Path(__file__).resolve().parents[3] / "shared/conformance/ludii-bench.tsv"
 
 
 def _key(game: str, options: dict[str, Any]) -> str:
@@ -131,12 +131,13 @@ def print_playout_table(results: list[dict[str, Any]], ludii: dict[str, float]) 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "which",
-        choices=["playouts", "pipeline", "memory", "gateway", "bots", "clocks", "load"],
+        choices=["playouts", "pipeline", "memory", "gateway", "bots", "clocks", "load", "scale"],
         help="the engine's random playouts, the Redis pipeline (bench.pipeline), what"
         " finished games leave in Redis (bench.memory), the HTTP/WebSocket gateway"
         " (bench.gateway), MCTS against the other built-in bots (bench.bots), time"
         " forfeits of many concurrent bot games at a short move time (bench.clocks), or"
-        " many bot games through 1, 2, 4 engine processes and 1, 2 gateways (bench.load)",
+        " many bot games through 1, 2, 4 engine processes and 1, 2 gateways (bench.load), or"
+        " the pipeline on 1, 2, 4, 8 simulated hosts with a CPU quota each (bench.scale)",
     )
     parser.add_argument("--seconds", type=float, default=5.0, help="time per row")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per row; the median counts")
@@ -151,7 +152,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="memory: finished games per game name (default 50); bots: games per pairing"
-        " and game, in seat-swapped pairs (default 100); load: concurrent games (default 64)",
+        " and game, in seat-swapped pairs (default 100); load: concurrent games (default 64);"
+        " scale: bot games per host (default 32)",
+    )
+    parser.add_argument(
+        "--hosts", default="1,2,4,8", help="scale: simulated hosts, one run each (default 1,2,4,8)"
+    )
+    parser.add_argument(
+        "--cpu", type=float, default=0.2, help="scale: CPU cores per host, its quota (default 0.2)"
+    )
+    parser.add_argument(
+        "--kill-host",
+        action="store_true",
+        help="scale: one more run at the largest host count that kills a host mid-run",
     )
     parser.add_argument("--engines", default="1,2,4", help="load: engine processes, one run each")
     parser.add_argument("--gateways", default="1,2", help="load: gateways, one run each, or none")
@@ -237,6 +250,14 @@ def run(args: argparse.Namespace) -> int:
             args.gateways, args.spectators, args.redis_url, args.game or ["teeko"],
         )  # fmt: skip
         print_load_table(results)
+    elif args.which == "scale":
+        from bench.scale import print_scale_table, run_scale_bench
+
+        results = run_scale_bench(
+            args.hosts, args.cpu, args.seconds, args.kill_host,
+            args.games if args.games is not None else 32,
+        )  # fmt: skip
+        print_scale_table(results)
     elif args.which == "clocks":
         from bench.clocks import print_clocks_table, run_clocks_bench
 

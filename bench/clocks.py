@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from bench.gateway import quantile
+from bench.measure import quantile
 from bots.random_bot import RandomBot
 from bots.worker import BotWorker
 from schemas.codec import decode_turn
@@ -41,11 +41,11 @@ from schemas.commands import CreateGame, SeatSpec
 from schemas.events import GameEnded
 from schemas.turns import TurnRequest
 from services.bus.clients import CommandClient, QueryClient
+from services.bus.embedded import EmbeddedRedis
 from services.bus.keys import Keys
 from services.bus.reader import Entry
 from services.cli.pipeline import ServiceSet
-from services.redis_embedded import EmbeddedRedis
-from services.tournament.results import game_results
+from services.tournament.report import game_results
 
 PROMPT_MS = (5, 50)
 

@@ -1,10 +1,11 @@
 """The gateway benchmark: REST moves/s, outside bots' turn round trip, spectator fan-out.
 
 Three processes besides Redis, so that the gateway's figures are its own on a two-core
-machine: the gateway (`python -m bench.gateway _gateway`: `serving()` as `agon gateway`
+machine: the gateway (`python -m bench.gateway gateway`: `serving()` as `agon gateway`
 uses it, with its own Redis client, on the loopback), the pipeline services (engine,
 projector, dispatcher and the built-in `random` bot worker as one `ServiceSet`, `python
--m bench.gateway _services`), and this process, which plays every client and measures.
+-m bench.gateway services`), both started by `bench.fleet`, and this process, which plays
+every client and measures.
 Every figure is printed beside a baseline measured in the same run:
 
 - `rest`: moves/s through one gateway over REST with keep-alive: `REST_GAMES` concurrent
@@ -37,42 +38,37 @@ what the helper processes logged); `agon bench gateway` prints them.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-import base64
 import contextlib
 import json
 import logging
 import math
-import os
 import random
-import resource
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 
+from bench.fleet import READY, Fleet, delete_keys
+from bench.measure import CpuMeter, SpectatorSocket, quantile, raise_open_files
 from engine import State, load_game
 from schemas.codec import FIELD_BYTES, DecodeError, decode_turn, unpack
 from schemas.commands import CreateGame, PlayMove, SeatPlayer, SeatSpec
 from schemas.replies import Accepted
 from services.bus.clients import CommandClient
-from services.bus.connection import Client, connect, scan_keys
+from services.bus.connection import Client, connect
+from services.bus.embedded import redis_url_or_embedded
 from services.bus.keys import Keys
 from services.bus.text import as_text
-from services.redis_embedded import free_port, redis_url_or_embedded
+from services.cli.common import stop_on_signals
 
-ROOT = Path(__file__).resolve().parents[1]
 GAME = "teeko"
 
 TARGET_REST_MOVES_PER_SEC = 1_500.0
@@ -96,6 +92,8 @@ CONNECT_BATCH = 100
 CONNECT_ATTEMPTS = 5
 #: Redis connections this process may open (its load, not the gateway's, must not wait).
 BENCH_POOL = 4_096
+#: How long a helper process may take to stop on SIGTERM before it is killed.
+HELPER_STOP_S = 20.0
 
 _STARTED = time.perf_counter()
 
@@ -107,63 +105,6 @@ def progress(message: str) -> None:
         file=sys.stderr,
         flush=True,
     )
-
-
-def raise_open_files(wanted: int = 16_384) -> int:
-    """Raise this process's soft open-file limit towards `wanted` (up to the hard limit)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        return target
-    return int(soft)
-
-
-def quantile(values: Sequence[float], q: float) -> float:
-    """The nearest-rank `q` quantile of `values` (not empty)."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of process `pid` so far (Linux /proc), else None."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-class CpuMeter:
-    """CPU seconds used by the helper processes, this client and the Redis server, summed
-    over the spans measured (`start` ... `stop`); `cores()` is their share of the wall time."""
-
-    def __init__(self, redis: Client, pids: dict[str, int]) -> None:
-        self.redis = redis
-        self.pids = pids
-        self.used: dict[str, float] = dict.fromkeys([*pids, "client", "redis"], 0.0)
-        self.wall = 0.0
-        self._then: dict[str, float] = {}
-        self._started = 0.0
-
-    async def _read(self) -> dict[str, float]:
-        out = {name: cpu_seconds(pid) or 0.0 for name, pid in self.pids.items()}
-        out["client"] = time.process_time()
-        info: Any = await self.redis.info("cpu")
-        out["redis"] = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-        return out
-
-    async def start(self) -> None:
-        self._then = await self._read()
-        self._started = time.perf_counter()
-
-    async def stop(self) -> None:
-        self.wall += time.perf_counter() - self._started
-        for name, value in (await self._read()).items():
-            self.used[name] += value - self._then[name]
-
-    def cores(self) -> dict[str, float]:
-        return {k: round(v / self.wall, 2) for k, v in self.used.items()} if self.wall else {}
 
 
 # -- games -------------------------------------------------------------------------------------
@@ -782,108 +723,6 @@ async def bot_figure(
 
 
 # -- 3. spectators -----------------------------------------------------------------------------
-class SpectatorSocket(asyncio.Protocol):
-    """A WebSocket client that notes when each message arrived, in `data_received`, and
-    decodes nothing until the measurement is over.
-
-    A thousand of them share this process. aiohttp's client parses every frame, hands it
-    to a task of its own and the benchmark then decoded its JSON, all before the arrival
-    time was read: tens of milliseconds of this process's own queue, per event, counted
-    as the gateway's delivery time. Frames from a server are unmasked; pings are answered
-    (the gateway's heartbeat), a close ends the connection."""
-
-    def __init__(self) -> None:
-        self.opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.transport: asyncio.Transport | None = None
-        self.buffer = bytearray()
-        #: (arrival in ms since the epoch, the text message's bytes)
-        self.messages: list[tuple[float, bytes]] = []
-        self.closed = False
-
-    @classmethod
-    async def connect(cls, host: str, port: int, path: str) -> SpectatorSocket:
-        loop = asyncio.get_running_loop()
-        _, sock = await loop.create_connection(cls, host, port)
-        key = base64.b64encode(os.urandom(16)).decode()
-        assert sock.transport is not None
-        sock.transport.write(
-            f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
-            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-            "Sec-WebSocket-Version: 13\r\n\r\n".encode()
-        )
-        try:
-            await asyncio.wait_for(sock.opened, 10.0)
-        except BaseException:
-            sock.transport.abort()
-            raise
-        return sock
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        now = time.time() * 1000
-        self.buffer += data
-        if not self.opened.done():
-            end = self.buffer.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            status = bytes(self.buffer[:end]).split(b"\r\n", 1)[0]
-            del self.buffer[: end + 4]
-            if status[9:12] != b"101":
-                self.opened.set_exception(HandshakeRefused(int(status[9:12] or 0)))
-                self.close()
-                return
-            self.opened.set_result(None)
-        self._frames(now)
-
-    def _frames(self, now: float) -> None:
-        buffer = self.buffer
-        while len(buffer) >= 2:
-            opcode, length, start = buffer[0] & 0x0F, buffer[1] & 0x7F, 2
-            if length >= 126:
-                start = 4 if length == 126 else 10
-                if len(buffer) < start:
-                    return
-                length = int.from_bytes(buffer[2:start], "big")
-            if len(buffer) < start + length:
-                return
-            payload = bytes(buffer[start : start + length])
-            del buffer[: start + length]
-            if opcode == 0x1:
-                self.messages.append((now, payload))
-            elif opcode == 0x9:
-                self._send(0xA, payload)  # pong
-            elif opcode == 0x8:
-                self.close()
-
-    def _send(self, opcode: int, payload: bytes) -> None:
-        """A masked frame (as a client's must be) with a payload under 126 bytes."""
-        if self.transport is None or self.transport.is_closing():
-            return
-        mask = os.urandom(4)
-        masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-        self.transport.write(bytes([0x80 | opcode, 0x80 | len(payload)]) + mask + masked)
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self._send(0x8, (1000).to_bytes(2, "big"))
-            if self.transport is not None:
-                self.transport.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if not self.opened.done():
-            self.opened.set_exception(exc or ConnectionResetError("closed in the handshake"))
-
-
-class HandshakeRefused(Exception):
-    def __init__(self, status: int) -> None:
-        super().__init__(f"the WebSocket handshake was answered {status}")
-        self.status = status
-
-
 async def spectate(
     base: str,
     game: BenchGame,
@@ -1026,97 +865,56 @@ async def spectator_figure(
 
 
 # -- the run -----------------------------------------------------------------------------------
-def spawn(
-    mode: str, url: str, prefix: str, *extra: str, log: Path | None = None
-) -> tuple[subprocess.Popen[str], str]:
-    """A helper process (`_services` or `_gateway`) once it says it is ready; its line.
-    Its stderr goes to `log` when given."""
-    with contextlib.ExitStack() as files:
-        stderr = files.enter_context(log.open("w")) if log is not None else None
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.gateway", f"_{mode}", url, prefix, *extra],
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-        )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    if not line.startswith("ready"):
-        proc.kill()
-        raise RuntimeError(f"the {mode} process did not start (said {line!r})")
-    return proc, line
-
-
-def stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        proc.communicate(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate(timeout=5)
-
-
 async def _bench(url: str, seconds: float, cleanup: bool) -> list[dict[str, Any]]:
     tag = f"g{int(time.time())}"
     keys = Keys(prefix=f"bench-{tag}")
-    port = free_port()
     progress("starting the pipeline services and the gateway, each in its own process")
-    procs: list[subprocess.Popen[str]] = []
-    logs = Path(tempfile.mkdtemp(prefix="agon-bench-gateway-"))
+    fleet = Fleet(url, keys.prefix, name="bench-gateway", stop_timeout_s=HELPER_STOP_S)
+    logs: dict[str, Any] | None = None
     # Room for every concurrent request of this client (redis-py's default pool is 100).
     redis = await connect(url, max_connections=BENCH_POOL)
     try:
-        services, _ = spawn("services", url, keys.prefix, log=logs / "services.log")
-        procs.append(services)
-        gateway, _ = spawn("gateway", url, keys.prefix, str(port), log=logs / "gateway.log")
-        procs.append(gateway)
-        base = f"http://127.0.0.1:{port}"
-        pids = {"gateway": gateway.pid, "services": services.pid}
+        services = fleet.start("services", module="bench.gateway")
+        await fleet.ready([services])
+        gateway = fleet.start("gateway", module="bench.gateway")
+        await fleet.ready([gateway])
+        base = gateway.url
+        pids = {"gateway": gateway.process.pid, "services": services.process.pid}
         results = [await rest_figure(redis, keys, base, pids, seconds, tag)]
         for transport in ("ndjson", "websocket"):
             results.append(await bot_figure(redis, keys, base, transport, seconds, tag, pids))
         results.append(await spectator_figure(redis, keys, base, seconds, tag, pids))
-        for proc in reversed(procs):
-            stop(proc)
-        results.append(helper_logs(logs))
+        fleet.stop(fleet.running[::-1])
+        logs = helper_logs(fleet)
+        results.append(logs)
         progress("done")
         return results
     finally:
-        for proc in reversed(procs):
-            stop(proc)
+        fleet.close(keep=logs is None or logs["directory"] is not None)
         if cleanup:
             await delete_keys(redis, keys)
         await redis.aclose()
 
 
-async def delete_keys(redis: Client, keys: Keys) -> None:
-    """Remove every key of the benchmark's key space from a Redis it was lent."""
-    names = [name async for name in scan_keys(redis, f"{keys.prefix}:*")]
-    for lo in range(0, len(names), 1000):
-        pipe = redis.pipeline(transaction=False)
-        for name in names[lo : lo + 1000]:
-            pipe.unlink(name)
-        await pipe.execute()
-
-
-def helper_logs(logs: Path) -> dict[str, Any]:
-    """What the helper processes wrote to stderr (errors; they log nothing else): counts
-    and the last line of each error. The directory is removed when they wrote nothing."""
-    row: dict[str, Any] = {"name": "logs", "directory": str(logs)}
-    for path in sorted(logs.glob("*.log")):
-        lines = path.read_text(errors="replace").splitlines()
+def helper_logs(fleet: Fleet) -> dict[str, Any]:
+    """What the helper processes wrote besides their ready line (errors; they log nothing
+    else): counts and the last line of each error. No directory when they wrote nothing."""
+    row: dict[str, Any] = {"name": "logs", "directory": str(fleet.dir)}
+    for service in fleet.started:
+        lines = [line for line in service.text().splitlines() if READY not in line]
         errors = [i for i, line in enumerate(lines) if line.startswith(("ERROR", "Traceback"))]
         last = [
             line
             for line in lines
             if line and not line.startswith((" ", "ERROR", "Traceback", "During", "The above"))
         ]
-        row[path.stem] = {"lines": len(lines), "errors": len(errors), "last": sorted(set(last))[:5]}
-    if not any(row[p.stem]["lines"] for p in logs.glob("*.log")):
-        shutil.rmtree(logs, ignore_errors=True)
+        row[service.kind] = {
+            "log": service.log.name,
+            "lines": len(lines),
+            "errors": len(errors),
+            "last": sorted(set(last))[:5],
+        }
+    if not any(row[s.kind]["lines"] for s in fleet.started):
         row["directory"] = None
     return row
 
@@ -1206,7 +1004,7 @@ def print_gateway_table(results: Sequence[dict[str, Any]]) -> None:
                 if found.get("lines"):
                     print(
                         f"{'  ' + proc + ' stderr':<32} {found['errors']} error(s) in"
-                        f" {r['directory']}/{proc}.log: {'; '.join(found['last'])}"
+                        f" {r['directory']}/{found['log']}: {'; '.join(found['last'])}"
                     )
     notes = (
         "notes: the gateway (its Redis client as `agon gateway` makes it), the pipeline services",
@@ -1223,14 +1021,6 @@ def print_gateway_table(results: Sequence[dict[str, Any]]) -> None:
 
 
 # -- the helper processes ----------------------------------------------------------------------
-def _stop_event() -> asyncio.Event:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    return stop
-
-
 async def _services(url: str, prefix: str) -> None:
     from services.cli.pipeline import ServiceSet
     from services.engine_service import settle_heap
@@ -1239,8 +1029,8 @@ async def _services(url: str, prefix: str) -> None:
     services = ServiceSet(redis, Keys(prefix=prefix), ["random"], block_ms=100)
     await services.start()
     settle_heap()
-    stop = _stop_event()
-    print("ready", flush=True)
+    stop = stop_on_signals()
+    print("bench-services ready: engine, projector, dispatcher, random bots", flush=True)
     await stop.wait()
     await services.stop()
     await redis.aclose()
@@ -1265,27 +1055,31 @@ async def _gateway(url: str, prefix: str, port: int) -> None:
         create_quota=unbounded,
         register_quota=unbounded,
     )
-    stop = _stop_event()
+    stop = stop_on_signals()
     async with serving(settings, "127.0.0.1", port) as site:
         settle_heap()
-        print(f"ready {site}", flush=True)
+        print(f"bench-gateway ready: serving {site}", flush=True)
         await stop.wait()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The helper processes: `python -m bench.gateway _services|_gateway URL PREFIX [PORT]`.
+    """The helper processes, as `bench.fleet` starts them: `python -m bench.gateway
+    services|gateway --redis-url URL --prefix P [--host H --port N]`.
 
     People run the benchmark as `agon bench gateway` (bench/benchmarks.py).
     """
-    args = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m bench.gateway", description=main.__doc__)
+    parser.add_argument("kind", choices=["services", "gateway"])
+    parser.add_argument("--redis-url", required=True)
+    parser.add_argument("--prefix", required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
-    if len(args) == 3 and args[0] == "_services":
-        asyncio.run(_services(args[1], args[2]))
-    elif len(args) == 4 and args[0] == "_gateway":
-        asyncio.run(_gateway(args[1], args[2], int(args[3])))
+    if args.kind == "services":
+        asyncio.run(_services(args.redis_url, args.prefix))
     else:
-        print("run the benchmark with `agon bench gateway`", file=sys.stderr)
-        return 2
+        asyncio.run(_gateway(args.redis_url, args.prefix, args.port))
     return 0
 
 

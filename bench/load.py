@@ -41,9 +41,9 @@ configuration: a warm-up, then `--seconds` measured, then a memory phase. Figure
 
 The gateway part runs the first `--engines` count (the baseline's pipeline) plus the
 gateways and spectators, so its ratio shows what following every feed and fanning out
-costs. Every process started is stopped (SIGTERM, then SIGKILL) however the run ends;
-their logs go to a temporary directory that is kept (and named) only when one logged an
-error.
+costs. Every process started (`bench.fleet`) is stopped (SIGTERM, then SIGKILL) however
+the run ends; their logs go to a temporary directory that is kept (and named) only when one
+logged an error.
 """
 
 from __future__ import annotations
@@ -53,42 +53,33 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from bench.gateway import CpuMeter, delete_keys, quantile, raise_open_files
+from bench.fleet import Fleet, Service, delete_keys
+from bench.measure import CpuMeter, quantile, raise_open_files, spectate
 from schemas.codec import FIELD_BYTES, unpack
 from schemas.commands import CreateGame, SeatSpec
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import Client, RedisUnavailable, connect, is_cluster
+from services.bus.embedded import RedisServerError, redis_url_or_embedded
 from services.bus.keys import ENGINE_GROUP, FEED_GROUPS, WORKERS_GROUP, Keys
 from services.bus.presence import group_rows, group_totals
 from services.bus.reader import trim_acknowledged
 from services.bus.text import as_text, id_ms, now_ms
 from services.cli.options import UsageError, game_options_or_usage
-from services.redis_embedded import (
-    RedisServerError,
-    _die_with_parent,
-    free_port,
-    redis_url_or_embedded,
-)
 
-ROOT = Path(__file__).resolve().parents[1]
 BOT = "random"
 DEFAULT_GAMES = 64
 DEFAULT_SPECTATORS = 128
@@ -99,10 +90,8 @@ GROUPS = (ENGINE_GROUP, *FEED_GROUPS, WORKERS_GROUP)
 #: At most this long of warm-up before each measured window (half the window if shorter).
 WARMUP_S = 3.0
 SAMPLE_EVERY_S = 0.5
-READY_TIMEOUT_S = 60.0
 #: How long the games of a window may take to end, and the pipeline to settle.
 DRAIN_TIMEOUT_S = 120.0
-STOP_TIMEOUT_S = 10.0
 #: A gateway that never refuses the benchmark (all its sockets come from one address).
 GATEWAY_RATE = "1000000"
 
@@ -141,161 +130,6 @@ def parse_counts(text: str, option: str, *, none_ok: bool = False) -> list[int]:
             f"{option} wants whole numbers ≥ 1 separated by commas, e.g. 1,2,4{skip}; got {text!r}"
         )
     return counts
-
-
-# -- the processes ---------------------------------------------------------------------------
-@dataclass
-class Service:
-    """One `agon <role>` process, its output in `log`."""
-
-    role: str
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-    port: int | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-
-class Fleet:
-    """The benchmark's OS processes. Each runs `agon <role>` (`python -m services.cli`), or
-    the spectators' process (`python -m bench.load spectators`), in a session of its own (a
-    Ctrl-C reaches only the benchmark, which stops them in order), and dies with the
-    benchmark even if it is killed (Linux). `close` (and leaving the `with` block, however)
-    stops every one still running: SIGCONT (a paused one), SIGTERM, then SIGKILL after
-    `STOP_TIMEOUT_S`."""
-
-    def __init__(self, url: str, prefix: str) -> None:
-        self.url = url
-        self.prefix = prefix
-        self.dir = Path(tempfile.mkdtemp(prefix="agon-bench-load-"))
-        self.running: list[Service] = []
-        #: every pid ever started, so that a caller can check none outlives the run
-        self.pids: list[int] = []
-        self._numbers: Counter[str] = Counter()
-
-    def __enter__(self) -> Fleet:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
-        # After a failure the logs are what tells why: they stay (its message names them).
-        failed = kind is not None and not issubclass(kind, KeyboardInterrupt | UsageError)
-        self.close(keep=failed and any(self.dir.iterdir()))
-
-    def start(self, role: str, *extra: str, module: str = "services.cli") -> Service:
-        self._numbers[role] += 1
-        number = self._numbers[role]
-        log = self.dir / f"{role}-{number}.log"
-        port = None
-        if role == "gateway":
-            port = free_port()
-            extra = (*extra, "--host", "127.0.0.1", "--port", str(port))
-        argv = [sys.executable, "-m", module, role, "--redis-url", self.url]
-        with log.open("wb") as out:
-            popen = subprocess.Popen(
-                [*argv, "--prefix", self.prefix, *extra],
-                cwd=ROOT,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                # preexec_fn is unsafe only with threads forking at once; this one has none.
-                preexec_fn=_die_with_parent,
-            )
-        service = Service(role, f"{role} {number}", popen, log, port)
-        self.running.append(service)
-        self.pids.append(popen.pid)
-        return service
-
-    async def ready(self, services: Sequence[Service]) -> None:
-        """Wait until each says it is ready (a service's `ready` line, the gateway's
-        `serving`); one that exits or stays silent is an error naming its log."""
-        waiting = list(services)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while waiting:
-            for service in list(waiting):
-                text = service.log.read_text(errors="replace")
-                marker = "agon gateway: serving" if service.role == "gateway" else " ready: "
-                if marker in text:
-                    waiting.remove(service)
-                    continue
-                code = service.popen.poll()
-                if code is not None or time.monotonic() > deadline:
-                    last = (text.strip().splitlines() or ["no output"])[-1]
-                    state = f"exited with {code}" if code is not None else "was not ready"
-                    raise RuntimeError(f"`agon {service.role}` {state}: {last} ({service.log})")
-            if waiting:
-                await asyncio.sleep(0.05)
-
-    def of(self, role: str) -> list[Service]:
-        return [s for s in self.running if s.role == role]
-
-    async def scale(self, role: str, count: int, *extra: str) -> list[Service]:
-        """Exactly `count` processes of `role` running (the newest stopped first)."""
-        now = self.of(role)
-        if len(now) > count:
-            await self.stop_soon(now[count:])
-        started = [self.start(role, *extra) for _ in range(count - len(now))]
-        await self.ready(started)
-        return self.of(role)
-
-    def pause(self, service: Service) -> None:
-        service.popen.send_signal(signal.SIGSTOP)
-
-    def resume(self, service: Service) -> None:
-        if service.popen.poll() is None:
-            service.popen.send_signal(signal.SIGCONT)
-
-    def _terminate(self, services: Sequence[Service]) -> float:
-        """SIGCONT (a paused process would not see the rest) and SIGTERM; the deadline."""
-        for s in services:
-            if s.popen.poll() is None:
-                s.popen.send_signal(signal.SIGCONT)
-                s.popen.send_signal(signal.SIGTERM)
-        return time.monotonic() + STOP_TIMEOUT_S
-
-    def _reaped(self, service: Service) -> None:
-        if service.popen.poll() is None:
-            service.popen.kill()
-            service.popen.wait(5)
-        if service in self.running:
-            self.running.remove(service)
-
-    def stop(self, services: Sequence[Service]) -> None:
-        """Stop them, waiting (outside the event loop: `close`)."""
-        deadline = self._terminate(services)
-        for s in services:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                s.popen.wait(max(0.1, deadline - time.monotonic()))
-            self._reaped(s)
-
-    async def stop_soon(self, services: Sequence[Service]) -> None:
-        """Stop them without holding up the event loop: the feeds must be read meanwhile
-        (entries every group has acknowledged are trimmed within seconds)."""
-        deadline = self._terminate(services)
-        while time.monotonic() < deadline and any(s.popen.poll() is None for s in services):
-            await asyncio.sleep(0.05)
-        for s in services:
-            self._reaped(s)
-
-    def errors(self) -> dict[str, Any]:
-        """The processes that logged an error (ERROR lines, tracebacks): count and last line."""
-        out: dict[str, Any] = {}
-        for path in sorted(self.dir.glob("*.log")):
-            lines = path.read_text(errors="replace").splitlines()
-            bad = [line for line in lines if " ERROR " in line or line.startswith("Traceback")]
-            if bad:
-                out[path.stem] = {"errors": len(bad), "last": bad[-1][:200]}
-        return out
-
-    def close(self, keep: bool = False) -> None:
-        """Stop every process still running; remove the logs unless one logged an error
-        (or `keep`)."""
-        self.stop(list(self.running))
-        if not keep and not self.errors():
-            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 # -- what the feeds say ------------------------------------------------------------------------
@@ -466,153 +300,6 @@ async def until(
         await asyncio.sleep(0.05)
 
 
-# -- spectators (a process of their own) ------------------------------------------------------
-@dataclass
-class Spectators:
-    """Sockets spread round robin over the gateways, each on the least watched live game,
-    moving to another when theirs ends. Run in a process of their own (`spectate`), so that
-    their work neither delays this process's feed reading nor hides in its CPU figure."""
-
-    bases: list[str]
-    count: int
-    #: live game -> the last seq seen on the feeds
-    heads: dict[str, int] = field(default_factory=dict)
-    measuring: bool = False
-    stopping: bool = False
-    latencies: list[float] = field(default_factory=list)
-    delivered: int = 0
-    #: events a socket never got (a gap in the seqs it received)
-    missed: int = 0
-    sockets: int = 0
-    errors: Counter[str] = field(default_factory=Counter)
-    watchers: Counter[str] = field(default_factory=Counter)
-    connecting: int = 0
-    open: set[aiohttp.ClientWebSocketResponse] = field(default_factory=set)
-
-    async def follow(self, redis: Client, keys: Keys, stop: asyncio.Event) -> None:
-        """Which games are live, from the feeds' current ends on."""
-        last: dict[Any, Any] = {}
-        for p in keys.all_partitions():
-            rows: Any = await redis.xrevrange(keys.feed(p), count=1)
-            last[keys.feed(p)] = rows[0][0] if rows else "0-0"
-        while not stop.is_set():
-            reply: Any = await redis.xread(last, count=1000, block=200)
-            for stream, entries in reply or ():
-                for entry_id, fields in entries:
-                    last[as_text(stream)] = entry_id
-                    data = fields.get(FIELD_BYTES)
-                    ev = unpack(data) if data is not None else {}
-                    if ev.get("type") == "game_ended":
-                        self.heads.pop(str(ev["game_id"]), None)
-                    elif ev:
-                        self.heads[str(ev["game_id"])] = int(ev["seq"])
-
-    def pick(self) -> tuple[str, int] | None:
-        if not self.heads:
-            return None
-        gid = min(self.heads, key=lambda g: self.watchers[g])
-        return gid, self.heads[gid]
-
-    async def run(self) -> None:
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
-            await asyncio.gather(
-                *(self._one(http, self.bases[i % len(self.bases)]) for i in range(self.count))
-            )
-
-    async def stop(self) -> None:
-        """No new sockets; let handshakes under way finish (a socket dropped mid-handshake
-        is an error in the gateway's log), then close every socket."""
-        self.stopping = True
-        deadline = time.monotonic() + 5.0
-        while self.connecting and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        await asyncio.gather(*(ws.close() for ws in list(self.open)), return_exceptions=True)
-
-    async def _one(self, http: aiohttp.ClientSession, base: str) -> None:
-        while not self.stopping:
-            picked = self.pick()
-            if picked is None:
-                await asyncio.sleep(0.05)
-                continue
-            gid, since = picked
-            self.watchers[gid] += 1
-            try:
-                await self._watch(http, f"{base}/ws/games/{gid}?since={since}", since)
-            except (aiohttp.ClientError, ConnectionError, TimeoutError) as exc:
-                self.errors[type(exc).__name__] += 1
-                await asyncio.sleep(0.1)
-            finally:
-                self.watchers[gid] -= 1
-                if self.watchers[gid] <= 0:
-                    del self.watchers[gid]
-
-    async def _watch(self, http: aiohttp.ClientSession, url: str, since: int) -> None:
-        self.connecting += 1
-        try:
-            ws = await http.ws_connect(url)
-        finally:
-            self.connecting -= 1
-        opened = time.time() * 1000
-        self.sockets += 1
-        self.open.add(ws)
-        try:
-            expect = since + 1
-            async for msg in ws:
-                if msg.type != aiohttp.WSMsgType.TEXT:
-                    continue
-                arrived = time.time() * 1000
-                message = json.loads(msg.data)
-                if message.get("type") != "event":
-                    continue
-                seq, event = int(message["seq"]), message["event"]
-                self.missed += max(0, seq - expect)
-                expect = max(expect, seq + 1)
-                self.delivered += 1
-                if self.measuring and event["time"] >= opened:
-                    self.latencies.append(arrived - event["time"])
-                if event.get("type") == "game_ended":
-                    return
-        finally:
-            self.open.discard(ws)
-            await ws.close()
-
-    def summary(self) -> dict[str, Any]:
-        lat = self.latencies
-        return {
-            "deliveries": len(lat),
-            "p50_ms": round(quantile(lat, 0.5), 1) if lat else None,
-            "p99_ms": round(quantile(lat, 0.99), 1) if lat else None,
-            "max_ms": round(max(lat), 1) if lat else None,
-            "events_delivered": self.delivered,
-            "events_missed": self.missed,
-            "sockets_opened": self.sockets,
-            "errors": dict(self.errors),
-        }
-
-
-async def spectate(url: str, prefix: str, count: int, bases: list[str], out: Path) -> None:
-    """The spectators' process: measure from SIGUSR1 to SIGUSR2; on SIGTERM close every
-    socket and write the summary to `out`."""
-    redis = await connect(url)
-    spectators = Spectators(bases, count)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGUSR1, lambda: setattr(spectators, "measuring", True))
-    loop.add_signal_handler(signal.SIGUSR2, lambda: setattr(spectators, "measuring", False))
-    following = asyncio.create_task(spectators.follow(redis, Keys(prefix=prefix), stop))
-    watching = asyncio.create_task(spectators.run())
-    print(f"spectators ready: {count} over {len(bases)} gateway(s)", file=sys.stderr, flush=True)
-    await stop.wait()
-    await spectators.stop()
-    for task in (watching, following):
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 10.0)
-    out.write_text(json.dumps(spectators.summary()))
-    await redis.aclose()
-
-
 # -- one configuration -------------------------------------------------------------------------
 @dataclass
 class Bench:
@@ -645,14 +332,14 @@ class Bench:
         )
         helper = None
         if gateways and config.spectators:
-            out = fleet.dir / f"spectators-{len(fleet.pids)}.json"
+            out = fleet.dir / f"spectators-{len(fleet.started)}.json"
             urls = [g.url for g in gateways]
             helper = fleet.start(
                 "spectators", "--count", str(config.spectators), "--out", str(out), *urls,
                 module="bench.load",
             )  # fmt: skip
             await fleet.ready([helper])
-        pids = {s.name: s.popen.pid for s in fleet.running}
+        pids = {s.name: s.process.pid for s in fleet.running}
         loadavg = round(os.getloadavg()[0], 2)
         started = time.monotonic()
         say("settling")
@@ -699,7 +386,7 @@ class Bench:
         peaks = dict.fromkeys(GROUPS, (0, 0))
         self.progress.update(task, total=self.seconds, completed=0, refresh=True)
         if spectators is not None:
-            spectators.popen.send_signal(signal.SIGUSR1)  # measure from now
+            spectators.process.send_signal(signal.SIGUSR1)  # measure from now
         await meter.start()
         counts = await engine_counts(self.redis, self.keys)
         t0 = now_ms()
@@ -718,7 +405,7 @@ class Bench:
             lag = await group_lag(self.redis, self.keys)
         t1 = now_ms()
         if spectators is not None:
-            spectators.popen.send_signal(signal.SIGUSR2)  # up to now
+            spectators.process.send_signal(signal.SIGUSR2)  # up to now
         await meter.stop()
         counts = await engine_counts(self.redis, self.keys) - counts
         return {
@@ -926,7 +613,7 @@ async def _bench(
                 "redis": "lent (--redis-url)" if lent else "private redis-server",
                 "game": list(names),
                 "prefix": fleet.prefix,
-                "pids": list(fleet.pids),
+                "pids": [s.process.pid for s in fleet.started],
                 "process_errors": fleet.errors(),
                 "logs": str(fleet.dir) if fleet.errors() else None,
             }
@@ -970,7 +657,10 @@ def run_load_bench(
     raise_open_files()  # before a private server starts, so that it inherits the limit
     prefix = f"bench-load-{os.getpid()}-{int(time.time())}"
     try:
-        with redis_url_or_embedded(redis_url) as url, Fleet(url, prefix) as fleet:
+        with (
+            redis_url_or_embedded(redis_url) as url,
+            Fleet(url, prefix, name="bench-load") as fleet,
+        ):
             return asyncio.run(
                 _bench(url, fleet, configs, games, seconds, names, lent=redis_url is not None)
             )

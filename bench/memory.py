@@ -28,10 +28,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from services.bus.connection import Client, connect
+from services.bus.embedded import EmbeddedRedis
 from services.bus.keys import Keys
 from services.bus.text import as_text
 from services.cli.pipeline import ServiceSet, selfplay
-from services.redis_embedded import EmbeddedRedis
 
 GAMES = ("teeko", "hexade", "overflow", "supply-chains", "supplier-sabotage")
 BOTS = ("random", "random")

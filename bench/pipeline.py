@@ -43,14 +43,14 @@ from schemas.commands import CreateGame, PlayMove, SeatSpec
 from schemas.tokens import bot_token
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import connect
+from services.bus.embedded import redis_url_or_embedded
 from services.bus.keys import Keys
 from services.bus.secret import shared_secret
 from services.engine_service import EngineService, settle_heap
 from services.engine_service.service import EngineStats
 from services.projector import rebuild
-from services.redis_embedded import redis_url_or_embedded
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TARGET_MOVES_PER_SEC = 10_000
 TARGET_P99_MS = 5.0
 TARGET_REBUILD_EVENTS_PER_SEC = 100_000

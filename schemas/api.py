@@ -36,6 +36,7 @@ from schemas.base import (
     TimeMs,
 )
 from schemas.commands import TimeoutPolicy
+from schemas.views import GameSummary, GameView
 
 MoveText = Annotated[str, Field(min_length=1, max_length=32)]
 Token = Annotated[str, Field(min_length=1, max_length=256)]
@@ -159,7 +160,7 @@ class BotKeyBody(Body):
 
 
 class GamePageBody(Body):
-    games: list[dict[str, Any]]
+    games: list[GameSummary]
     #: Pass as `cursor` for the next page; null on the last one.
     cursor: str | None
 
@@ -240,7 +241,7 @@ class SnapshotMessage(Body):
 
     type: Literal["snapshot"] = "snapshot"
     seq: Seq
-    view: dict[str, Any]
+    view: GameView
 
 
 class ReplyMessage(Body):

@@ -140,7 +140,7 @@ class Dispatcher(StreamConsumer):
     ) -> None:
         keys = keys or Keys()
         feeds = [keys.feed(p) for p in keys.all_partitions()]
-        self.join(redis, keys, feeds, DISPATCHER_GROUP, settings, **options)
+        self.join(redis, keys, feeds, DISPATCHER_GROUP, settings, partitioned=True, **options)
         # Wake at least once per clock sweep, even when the feeds are quiet.
         self.block_ms = min(self.block_ms, int(clock_every_s * 1000)) or 1
         #: the server secret, given or (at `setup`) shared through Redis
@@ -368,7 +368,7 @@ class Dispatcher(StreamConsumer):
             # refusing) before any claim, so no clock that ran through it is claimed.
             await self.heartbeat()
         limit = (self.clock() if now is None else now) - TIMEOUT_GRACE_MS
-        parts = list(self.keys.all_partitions())
+        parts = self.partitions()
         pipe = self.redis.pipeline(transaction=False)
         for p in parts:
             pipe.zrangebyscore(

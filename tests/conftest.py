@@ -23,9 +23,9 @@ import redis as redis_sync
 import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient
 
+from services.bus.embedded import EmbeddedRedis
 from services.bus.keys import Keys
-from services.redis_embedded import EmbeddedRedis
-from tests.gateway import Arena, running_arena
+from tests.support.gateway import Arena, running_arena
 
 #: Databases on the session server: one per test; indexes wrap around after this many tests.
 TEST_DATABASES = 4096
@@ -145,9 +145,9 @@ def shared_dir() -> Path:
     return SHARED
 
 
-# --- A real Redis Cluster (tests/cluster.py), started only when a test asks for it ---------
+# --- A real Redis Cluster (tests/support/cluster.py), started only when a test asks for it ------
 
-from tests.cluster import ClusterTarget, RedisClusterError, RedisClusterProcesses  # noqa: E402
+from tests.support.cluster import ClusterTarget, RedisClusterError, RedisClusterProcesses  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -188,9 +188,9 @@ async def client(arena: Arena) -> TestClient:
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """The fault suite's and the security suite's tables: one line per scenario or attack
-    that ran (tests/faults.py, tests/security/attacks.py)."""
-    from tests.faults import LINES
+    that ran (tests/support/faults.py, tests/security/attacks.py)."""
     from tests.security.attacks import LINES as ATTACKS
+    from tests.support.faults import LINES
 
     for title, lines in (("faults: one line per scenario", LINES),
                          ("attacks: one line per attack", ATTACKS)):  # fmt: skip

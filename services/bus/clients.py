@@ -36,6 +36,7 @@ from schemas.codec import FIELD, FIELD_BYTES, DecodeError, decode_event, decode_
 from schemas.commands import Command
 from schemas.events import Event
 from schemas.replies import Reply
+from schemas.views import StoredView
 from services.bus import presence
 from services.bus.connection import TRANSIENT_ERRORS, WRITES_REFUSED, Client
 from services.bus.keys import WORKERS_GROUP, Keys
@@ -361,7 +362,7 @@ class CommandClient:
 class GamePage:
     """One page of the game list: views, newest first, and the cursor of the next page."""
 
-    games: list[dict[str, Any]] = field(default_factory=list)
+    games: list[StoredView] = field(default_factory=list)
     cursor: str | None = None
 
 
@@ -383,11 +384,12 @@ class QueryClient:
         self.redis = redis
         self.keys = keys
 
-    async def view(self, game_id: str) -> dict[str, Any] | None:
+    async def view(self, game_id: str) -> StoredView | None:
         raw: Any = await self.redis.get(self.keys.view(game_id))
-        return None if raw is None else dict(json.loads(raw))
+        view: StoredView | None = None if raw is None else json.loads(raw)
+        return view
 
-    async def views(self, game_ids: Sequence[str]) -> list[dict[str, Any] | None]:
+    async def views(self, game_ids: Sequence[str]) -> list[StoredView | None]:
         pipe = self.redis.pipeline(transaction=False)
         for gid in game_ids:
             pipe.get(self.keys.view(gid))

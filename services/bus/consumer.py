@@ -32,6 +32,7 @@ from services.bus import outages
 from services.bus.connection import TRANSIENT_ERRORS, WRITES_REFUSED, Client
 from services.bus.keys import Keys
 from services.bus.outages import WriteWatch
+from services.bus.ownership import ROUND_S, Ownership
 from services.bus.presence import beat, beating, forget_old
 from services.bus.reader import RETRY_PAUSE_S, Entry, GroupReader, trim_acknowledged
 from services.bus.text import as_text
@@ -88,6 +89,9 @@ class ConsumerSettings:
     replica_timeout_ms: int = 1000
     #: the consumer's name in its group (None: a fresh one for its role)
     consumer: str | None = None
+    #: a kind that divides the partitions (engine, projector, dispatcher) reads only its
+    #: live members' share when it runs (`services.bus.ownership`); off: every partition
+    share: bool = True
 
 
 class ConsumerOptions(TypedDict, total=False):
@@ -100,6 +104,7 @@ class ConsumerOptions(TypedDict, total=False):
     replicas: int
     replica_timeout_ms: int
     consumer: str | None
+    share: bool
 
 
 class StreamConsumer:
@@ -132,6 +137,11 @@ class StreamConsumer:
     entries_handled: int = 0
     #: replicas each write waits for (`--ack-replicas`), told in the heartbeat
     ack_replicas: int = 0
+    #: a kind that divides the partitions: its stream of each partition (None: it reads
+    #: all of its streams, as the bot workers do)
+    partition_streams: dict[int, str] | None = None
+    #: this member's share of them while it runs (with `settings.share`)
+    ownership: Ownership | None = None
 
     def join(
         self,
@@ -142,12 +152,16 @@ class StreamConsumer:
         settings: ConsumerSettings | None = None,
         *,
         max_deliveries: int = 5,
+        partitioned: bool = False,
         **options: Unpack[ConsumerOptions],
     ) -> None:
         """Set up this consumer of `group` on `streams` with `settings` (default: the kind's
         `defaults`) changed by `options`; its set-aside entries go to the readers' dead
-        letters."""
+        letters. `partitioned`: `streams` are one per partition, in order, divided among
+        the kind's live members when they run."""
         self.settings = s = replace(settings or self.defaults, **options)
+        if partitioned:
+            self.partition_streams = dict(zip(keys.all_partitions(), streams, strict=True))
         self.redis = redis
         self.keys = keys
         self.block_ms = s.block_ms
@@ -200,9 +214,10 @@ class StreamConsumer:
         """Tell the others this consumer is alive (and what it has done); a write, so it
         also finds out whether Redis takes writes, and records the spell when it did not."""
         try:
+            share = {} if self.ownership is None else {"partitions": len(self.ownership.owned)}
             await beat(
                 self.redis, self.keys, self.reader.consumer, self.role, self.reader.group,
-                ack_replicas=self.ack_replicas, **self.stats(),
+                ack_replicas=self.ack_replicas, **self.stats(), **share,
             )  # fmt: skip
         except WRITES_REFUSED:
             self.write_watch.refused()
@@ -244,14 +259,24 @@ class StreamConsumer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), seconds)
 
+    def partitions(self) -> list[int]:
+        """The partitions this consumer serves: its share while it runs, else every one."""
+        if self.ownership is not None:
+            return sorted(self.ownership.owned)
+        return list(self.keys.all_partitions())
+
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Serve until `stop` is set; no failure ends the loop. Leaves cleanly at the end.
 
         Beside the loop, two tasks: the heartbeat (`beating`), and housekeeping (trimming,
-        forgetting dead consumers, the stats line), so neither ever delays a batch.
+        forgetting dead consumers, the stats line), so neither ever delays a batch; a kind
+        that divides the partitions renews its share beside them (`rebalance`).
         """
         stop = stop or asyncio.Event()
         name = self.reader.consumer
+        if self.partition_streams is not None and self.settings.share:
+            self.ownership = Ownership(self.redis, self.keys, self.role, name)
+            await self.reader.set_streams([])
         await self._serve_ready(stop)
         try:
             async with beating(self.redis, self.keys, name, self.heartbeat):
@@ -264,6 +289,11 @@ class StreamConsumer:
         done = asyncio.Event()
         name = self.reader.consumer
         housekeeping = asyncio.create_task(self._every(TRIM_EVERY_S, self.housekeeping, done))
+        sharing = (
+            asyncio.create_task(self._every(ROUND_S, self.rebalance, done))
+            if self.ownership is not None
+            else None
+        )
         try:
             while not stop.is_set():
                 try:
@@ -290,24 +320,53 @@ class StreamConsumer:
         finally:
             done.set()
             await self.reader.close()
-            await asyncio.wait([housekeeping], timeout=2.0)
+            await asyncio.wait([t for t in (housekeeping, sharing) if t], timeout=2.0)
+            if self.ownership is not None:
+                with contextlib.suppress(Exception):
+                    await self.ownership.release_all()
             with contextlib.suppress(Exception):
                 await self.reader.leave()
+
+    async def rebalance(self) -> None:
+        """Renew this member's leases, take its share where free, give up the rest, and
+        read what it owns; claim what others left pending there."""
+        assert self.ownership is not None and self.partition_streams is not None
+        change = await self.ownership.round()
+        streams = [self.partition_streams[p] for p in self.partitions()]
+        if streams != self.reader.streams:
+            await self.reader.set_streams(streams)
+        if change.taken or change.lost:
+            self.forget()
+            log.info(
+                "%s: took partitions %s, gave up %s; serving %d",
+                self.reader.consumer, change.taken, change.lost, len(streams),
+            )  # fmt: skip
+        await self.reader.claim_strays(streams)
+
+    def lose(self, p: int) -> None:
+        """A write under partition `p`'s epoch was refused: another member owns it now
+        (the next `rebalance` stops reading it)."""
+        if self.ownership is not None:
+            self.ownership.lose(p)
 
     async def _serve_ready(self, stop: asyncio.Event) -> None:
         """Create the groups (retrying while Redis is away), then say so."""
         while not stop.is_set():
             try:
                 await self.setup()
+                if self.ownership is not None:
+                    await self.rebalance()
                 break
             except TRANSIENT_ERRORS as exc:
                 log.warning("%s: Redis unavailable (%s); retrying", self.reader.consumer, exc)
                 await asyncio.sleep(RETRY_PAUSE_S)
+        share = "" if self.ownership is None else f" (its share of {self.keys.partitions})"
         log.warning(
-            "%s ready: group %s on %d streams",
+            "%s ready: group %s on %d streams%s",
             self.reader.consumer,
             self.reader.group,
             len(self.reader.streams),
+            share,
         )
 
     async def housekeeping(self) -> None:

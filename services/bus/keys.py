@@ -106,6 +106,11 @@ class Keys:
     def dead_letter(self, p: int) -> str:
         return f"{self._p(p)}:dead"
 
+    def lease(self, p: int, kind: str) -> str:
+        """Who of a service kind owns partition p, and under which epoch
+        (`services.bus.ownership`); in the partition's hash slot, for its scripts to check."""
+        return f"{self._p(p)}:lease:{kind}"
+
     def secret(self) -> str:
         """The server secret shared through Redis when the operator sets none."""
         return f"{self.prefix}:secret"
@@ -194,7 +199,7 @@ class Keys:
     # -- the archive (`agon archive`) ---------------------------------------------------
     def archived(self, p: int) -> str:
         """Games of partition p whose log went to an archive directory, each with a digest of
-        the results records it keeps (`services.projector.registry.kept_digest`)."""
+        the results records it keeps (`services.projector.models.kept_digest`)."""
         return f"{self._p(p)}:archived"
 
     # -- tournaments -------------------------------------------------------------------

@@ -156,7 +156,7 @@ class GroupReader:
         self._received_ids: LRU[tuple[str, bytes], bool] = LRU(SEEN_IDS)
         self._ready = False
         self._recovering = False
-        self._lanes: list[asyncio.Task[None]] = []
+        self._lanes: dict[str, asyncio.Task[None]] = {}
         self._buffer: list[Entry] = []
         self._cond = asyncio.Condition()
         self._lane_block_ms = 1000
@@ -236,6 +236,9 @@ class GroupReader:
         A single server has no slots: one command serves every stream. On a cluster each
         stream gets its own command (pipelined; never blocking: see `_wait`).
         """
+        if not self.streams:  # a member whose share is empty, for now
+            await asyncio.sleep((block_ms or 0) / 1000)
+            return []
         if not is_cluster(self.redis):
             raw: Any = await self.redis.xreadgroup(
                 self.group,
@@ -257,8 +260,9 @@ class GroupReader:
         """New entries, waiting up to `block_ms` for something to arrive."""
         if not is_cluster(self.redis):
             return await self._read_streams(">", block_ms)
-        if not self._lanes:
-            self._lanes = [asyncio.create_task(self._lane(s)) for s in self.streams]
+        for stream in self.streams:
+            if stream not in self._lanes:
+                self._lanes[stream] = asyncio.create_task(self._lane(stream))
         async with self._cond:
             if not self._buffer:
                 with contextlib.suppress(TimeoutError):
@@ -301,10 +305,10 @@ class GroupReader:
     async def close(self) -> None:
         """Stop the lanes. Entries a cancelled lane had read stay pending with this consumer;
         once its heartbeat is gone another consumer claims them."""
-        lanes: list[asyncio.Task[Any]] = [*self._lanes]
+        lanes: list[asyncio.Task[Any]] = [*self._lanes.values()]
         if self._claiming is not None:
             lanes.append(self._claiming)  # what it claimed stays pending with this consumer
-        self._lanes, self._claiming = [], None
+        self._lanes, self._claiming = {}, None
         for lane in lanes:
             lane.cancel()
         if lanes:
@@ -312,6 +316,48 @@ class GroupReader:
         if self._buffer:
             self.recover()  # handed over but not processed: read them again if we go on
             self._buffer = []
+
+    async def set_streams(self, streams: Sequence[str]) -> None:
+        """Read `streams` from now on (a member's share of the partitions changed): the
+        groups of new ones are made; the lanes of streams given up stop, and what they
+        read stays pending with this consumer, for the new owner to claim (`claim_strays`)."""
+        for stream in set(streams) - set(self.streams):
+            await ensure_group(self.redis, stream, self.group)
+        self.streams = list(streams)
+        for stream in [s for s in self._lanes if s not in streams]:
+            self._lanes.pop(stream).cancel()
+
+    async def claim_strays(self, streams: Sequence[str]) -> int:
+        """Claim the entries pending with other consumers on `streams`, which this consumer
+        owns (`services.bus.ownership`): its predecessor's unfinished work, or what an owner
+        that lost its lease read before it noticed. The next read hands them over."""
+        pipe = self.redis.pipeline(transaction=False)
+        for stream in streams:
+            pipe.xpending(stream, self.group)
+        summaries = await pipe.execute(raise_on_error=False)
+        strays = [
+            (stream, as_text(c["name"]), int(c["pending"]))
+            for stream, summary in zip(streams, summaries, strict=True)
+            if not isinstance(summary, Exception) and summary["pending"]
+            for c in summary["consumers"]
+            if as_text(c["name"]) != self.consumer
+        ]
+        if not strays:
+            return 0
+        pipe = self.redis.pipeline(transaction=False)
+        for stream, name, count in strays:
+            pipe.xpending_range(stream, self.group, "-", "+", count, consumername=name)
+        rows = await pipe.execute()
+        pipe = self.redis.pipeline(transaction=False)
+        for (stream, _, _), pending in zip(strays, rows, strict=True):
+            ids = [row["message_id"] for row in pending]
+            if ids:
+                pipe.xclaim(stream, self.group, self.consumer, 0, ids, justid=True)
+        claimed = sum(len(ids) for ids in await pipe.execute())
+        if claimed:
+            log.info("%s: took over %d entries of the partitions it owns", self.consumer, claimed)
+            self.recover()
+        return claimed
 
     def recover(self) -> None:
         """After a failed batch: read this consumer's own pending entries again first.

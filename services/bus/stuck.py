@@ -12,8 +12,8 @@ index and the clock sets only.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
+from schemas.views import StoredView
 from services.bus.clients import QueryClient
 from services.bus.connection import Client
 from services.bus.keys import Keys
@@ -71,7 +71,7 @@ async def abandoned_games(redis: Client, keys: Keys, now: int, after_ms: int) ->
     ]
 
 
-async def views(redis: Client, keys: Keys, status: str) -> AsyncIterator[dict[str, Any]]:
+async def views(redis: Client, keys: Keys, status: str) -> AsyncIterator[StoredView]:
     """Every game view of a status, a page at a time."""
     query = QueryClient(redis, keys)
     cursor: str | None = None

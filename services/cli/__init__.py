@@ -7,7 +7,7 @@ each subcommand is a module here (`up`, `services`, `selfplay`, `admin`, `archiv
 `common` (`with_redis`, signals, logging, the shared arguments) and `options` (argument
 types, `UsageError`); `pipeline` runs every service in one process (`ServiceSet`) and is
 selfplay as a library, for the tests and benchmarks too. No service imports this package
-(`tests/test_layers.py`): the services know nothing of how they are started.
+(`tests/services/test_layers.py`): the services know nothing of how they are started.
 """
 
 from services.cli.main import SUBCOMMANDS, build_parser, main

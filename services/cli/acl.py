@@ -144,13 +144,21 @@ def grants(prefix: str = DEFAULT_PREFIX, bots: Sequence[str] = ()) -> dict[str, 
     spells = Grant(
         "outage spells", ("zadd", "zremrangebyscore", "zrevrangebyscore"), both=(k.outages(),)
     )
+
+    def share(kind: str) -> Grant:
+        return Grant(
+            "own a share of the partitions: the lease scripts (their key)",
+            (*SCRIPTS, "time", "hget", "hmget", "hset"),
+            both=(k.lease(0, kind),),
+        )
+
     return {
         "engine": [
             Grant("consume the command streams", (*CONSUMER, "xrange"), both=(commands,)),
             Grant(
                 "the commit script (the keys it declares)",
                 SCRIPTS,
-                both=(feed, games, commands, log, replies_memory),
+                both=(feed, games, commands, k.lease(0, "engine"), log, replies_memory),
             ),
             Grant("append to game logs, read them", ("xadd", "xlen", "xrange"), both=(log,)),
             Grant("append to the feeds", ("xadd",), write=(feed,)),
@@ -158,6 +166,7 @@ def grants(prefix: str = DEFAULT_PREFIX, bots: Sequence[str] = ()) -> dict[str, 
             Grant("remember replies", ("hget", "hset", "pexpire"), both=(replies_memory,)),
             Grant("reply", ("xadd", "pexpire"), write=(k.reply_stream("*"),)),
             Grant("dead-letter commands", ("xadd",), write=(k.dead_letter(0),)),
+            share("engine"),
             beat,
             spells,
         ],
@@ -171,6 +180,7 @@ def grants(prefix: str = DEFAULT_PREFIX, bots: Sequence[str] = ()) -> dict[str, 
                 both=models,
             ),
             set_aside,
+            share("projector"),
             beat,
             spells,
         ],
@@ -193,6 +203,7 @@ def grants(prefix: str = DEFAULT_PREFIX, bots: Sequence[str] = ()) -> dict[str, 
             ),
             Grant("is a bot an outside one", ("hexists",), read=(k.registered_bots(),)),
             set_aside,
+            share("dispatcher"),
             beat,
             spells,
         ],

@@ -38,9 +38,9 @@ from services.bus.connection import (
     ride_out,
 )
 from services.bus.consumer import StreamConsumer
+from services.bus.embedded import redis_url_or_embedded
 from services.bus.keys import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Keys
 from services.cli.options import UsageError, non_negative_float, non_negative_int, positive_int
-from services.redis_embedded import redis_url_or_embedded
 
 log = logging.getLogger("agon.runtime")
 

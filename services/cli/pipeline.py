@@ -279,12 +279,12 @@ async def collect(redis: Client, keys: Keys, game_ids: Sequence[str]) -> Selfpla
             continue
         result.moves += view["ply"]
         outcomes = result.outcomes.setdefault(view["game"], Counter())
-        if view["status"] != "ended":
+        end = view["result"]
+        if end is None:  # not ended yet
             result.unfinished.append(gid)
             outcomes["unfinished"] += 1
             continue
         result.finished += 1
-        end = view["result"]
         if end["reason"] in NO_RESULT_REASONS:
             outcomes["aborted"] += 1
         else:

@@ -52,7 +52,7 @@ from services.cli.pipeline import ServiceSet
 from services.stats.sprt import MODELS
 from services.tournament.aggregate import Tournament
 from services.tournament.director import Director, cancel
-from services.tournament.results import standings_csv, summary, tournament_report
+from services.tournament.report import standings_csv, summary, tournament_report
 from services.tournament.store import TournamentExists, TournamentStore
 
 #: How often `run` redraws.

@@ -489,8 +489,8 @@ class Rules:
         state.apply_legal(action, text)
         # The move is in: from here on `rec` carries it. The log keeps canonical notation.
         # Every value below comes from the checked command and the engine's own state, so
-        # the event is encoded without building (and validating) a model: this is the
-        # hot path. tests/test_engine_service.py holds the bytes to the model's encoding.
+        # the event is encoded without building (and validating) a model: this is the hot
+        # path. tests/services/test_engine_service.py holds the bytes to the model's encoding.
         after = state.scores()
         event = move_played_map(
             fold.game_id,

@@ -73,6 +73,7 @@ from services.engine_service.store import (
     Commit,
     Committed,
     EventStore,
+    Fenced,
     SeqConflict,
     Unconfirmed,
 )
@@ -119,6 +120,8 @@ class EngineStats:
     conflicts: int = 0
     #: commits that fewer replicas than asked acknowledged (left pending, not replied to)
     unconfirmed: int = 0
+    #: commits refused because another engine owns the partition now (left pending)
+    fenced: int = 0
     malformed: int = 0
     dead_lettered: int = 0
     moves: int = 0
@@ -160,7 +163,7 @@ class EngineService(StreamConsumer):
         self._streams = {keys.commands(p): p for p in keys.all_partitions()}
         self.join(
             redis, keys, list(self._streams), ENGINE_GROUP, settings,
-            max_deliveries=MAX_DELIVERIES, **options,
+            max_deliveries=MAX_DELIVERIES, partitioned=True, **options,
         )  # fmt: skip
         self.consumer = self.reader.consumer
         # With `replicas`, nothing is reported done (replied to, acknowledged) before that
@@ -171,6 +174,7 @@ class EngineService(StreamConsumer):
             reply_ttl_ms=reply_ttl_ms,
             replicas=self.replicas,
             replica_timeout_ms=self.replica_timeout_ms,
+            fence=self._fence,
         )
         #: the rules, once the secret is known (`setup`)
         self.rules = Rules(secret) if secret is not None else None
@@ -192,6 +196,7 @@ class EngineService(StreamConsumer):
             "rejected": c.rejected,
             "conflicts": c.conflicts,
             "unconfirmed": c.unconfirmed,
+            "fenced": c.fenced,
             "malformed": c.malformed,
             "dead": c.dead_lettered + self.entries_set_aside,
         }
@@ -205,6 +210,11 @@ class EngineService(StreamConsumer):
 
     def dead_letter_for(self, entry: Entry) -> str:
         return self.keys.dead_letter(self._streams.get(entry.stream, 0))
+
+    def _fence(self, p: int) -> int:
+        """The epoch this engine's commits in partition `p` carry (0: not fenced, an engine
+        that reads every partition: `drain`, or `share` off)."""
+        return 0 if self.ownership is None else self.ownership.epoch(p)
 
     def forget(self) -> None:
         self._cache.clear()
@@ -320,6 +330,12 @@ class EngineService(StreamConsumer):
             raise
         retry: list[Work] = []
         for work, commit, result in zip(decided, commits, results, strict=True):
+            if isinstance(result, Fenced):
+                # Another engine owns the partition now: it claims the entry, still pending.
+                self.counts.fenced += 1
+                self._evict(work.command.game_id)
+                self.lose(result.partition)
+                continue
             if isinstance(result, Unconfirmed):
                 # Maybe in the log, maybe not: tell nobody, keep the entry pending. The
                 # sender's retry (same command id), or a later claim of the entry, finds

@@ -34,7 +34,7 @@ checks a log's chain, seqs and game id.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,23 +52,30 @@ KEY_CACHE_SIZE = 100_000
 COMMITS_PER_CALL = 64
 
 # One call commits several commands of one partition, in order, each on its own terms.
-# KEYS: feed, games registry, the partition's command stream, then per commit: log,
-#       replies memory.
+# KEYS: feed, games registry, the partition's command stream, the engines' lease of the
+#       partition, then per commit: log, replies memory.
 # ARGV[1]: msgpack [feed maxlen (0 = unbounded), consumer group, reply memory ttl (ms),
 #          touch (1: write a duplicate's reply again, so that a WAIT after this call covers
-#          the first commit too), commit, commit...]
+#          the first commit too), fence (the lease epoch the engine holds; 0: none), commit,
+#          commit...]
 #          where each commit is [head, memory key ("": none), reply, remember (0: no, 1:
 #          yes, 2: and the game ends: start the memory's TTL), time (decimal text), game id,
 #          [event bytes...], command entry id to acknowledge or "", request digest].
 # Returns per commit two values: 0 + remembered digest and reply (duplicate), 1 + actual
-# head (conflict) or 2 + new head (committed).
+# head (conflict) or 2 + new head (committed); or, for the whole call, -1 + the lease's
+# epoch when the engine's fence is not it (another engine owns the partition now).
 _COMMIT_LUA = """
 local call = cmsgpack.unpack(ARGV[1])
 local maxlen, group, ttl, touch = tonumber(call[1]), call[2], tonumber(call[3]), call[4]
+local fence = tonumber(call[5])
+if fence ~= 0 then
+  local epoch = tonumber(redis.call('HGET', KEYS[4], 'epoch') or '0')
+  if epoch ~= fence then return {-1, epoch} end
+end
 local out = {}
-for c = 1, (#KEYS - 3) / 2 do
-  local log, replies = KEYS[2 + 2 * c], KEYS[3 + 2 * c]
-  local commit = call[c + 4]
+for c = 1, (#KEYS - 4) / 2 do
+  local log, replies = KEYS[3 + 2 * c], KEYS[4 + 2 * c]
+  local commit = call[c + 5]
   local expected, cid, reply = tonumber(commit[1]), commit[2], commit[3]
   local remember, time, gid, events = commit[4], commit[5], commit[6], commit[7]
   local ack, digest = commit[8], commit[9]
@@ -117,6 +124,16 @@ class SeqConflict(Exception):
         self.game_id = game_id
         self.expected = expected
         self.actual = actual
+
+
+class Fenced(Exception):
+    """The partition's lease changed hands: another engine owns it, this one must not write
+    there (`services.bus.ownership`). Nothing was committed."""
+
+    def __init__(self, game_id: str, partition: int) -> None:
+        super().__init__(f"game {game_id}: partition {partition} belongs to another engine")
+        self.game_id = game_id
+        self.partition = partition
 
 
 class Unconfirmed(Exception):
@@ -168,7 +185,7 @@ class Committed:
 
 
 #: What one commit came to.
-Outcome = Committed | SeqConflict | Unconfirmed
+Outcome = Committed | SeqConflict | Unconfirmed | Fenced
 
 
 class EventStore:
@@ -182,8 +199,11 @@ class EventStore:
         reply_ttl_ms: int = 24 * 3_600_000,
         replicas: int = 0,
         replica_timeout_ms: int = 1000,
+        fence: Callable[[int], int] | None = None,
     ) -> None:
         self.redis = redis
+        #: the lease epoch its commits carry, per partition (`Fenced`); None: unfenced
+        self.fence = fence
         self.keys = keys or Keys()
         self.feed_maxlen = feed_maxlen
         self.reply_ttl_ms = reply_ttl_ms
@@ -212,9 +232,10 @@ class EventStore:
 
     def _call_args(self, p: int, commits: Sequence[Commit]) -> list[Any]:
         k = self.keys
-        keys: list[Any] = [k.feed(p), k.games(p), k.commands(p)]
+        keys: list[Any] = [k.feed(p), k.games(p), k.commands(p), k.lease(p, ENGINE_GROUP)]
         touch = 1 if self.replicas else 0
-        body: list[Any] = [self.feed_maxlen, ENGINE_GROUP, self.reply_ttl_ms, touch]
+        fence = self.fence(p) if self.fence is not None else 0
+        body: list[Any] = [self.feed_maxlen, ENGINE_GROUP, self.reply_ttl_ms, touch, fence]
         for c in commits:
             _, log, replies = self._game_keys(c.game_id)
             keys += (log, replies)
@@ -252,10 +273,11 @@ class EventStore:
         return Committed(reply=c.reply, head=int(value), duplicate=False)
 
     async def commit(self, c: Commit) -> Committed:
-        """Append one command's events atomically; raise `SeqConflict` if the head moved
-        and `Unconfirmed` if the replicas asked for did not acknowledge it."""
+        """Append one command's events atomically; raise `SeqConflict` if the head moved,
+        `Unconfirmed` if the replicas asked for did not acknowledge it and `Fenced` if
+        another engine owns the partition."""
         (result,) = await self.commit_many([c])
-        if isinstance(result, SeqConflict | Unconfirmed):
+        if isinstance(result, SeqConflict | Unconfirmed | Fenced):
             raise result
         return result
 
@@ -294,6 +316,11 @@ class EventStore:
                 continue
             if isinstance(raw, Exception):
                 raise raw
+            if int(raw[0]) == -1:
+                p = self._game_keys(commits[call[0]].game_id)[0]
+                for i in call:
+                    out[i] = Fenced(commits[i].game_id, p)
+                continue
             for j, i in enumerate(call):
                 out[i] = self._outcome(commits[i], raw[2 * j], raw[2 * j + 1])
         return [r for r in out if r is not None]

@@ -20,6 +20,7 @@ from typing import Any
 
 from engine import Game, Move, State, load_game
 from schemas.events import EventMap, GameCreatedMap, MovePlayedMap
+from schemas.views import LastMoveView, LoggedResult, SeatView, Status, StoredView
 
 #: Version of the view JSON layout; bump when fields change (then `agon rebuild`).
 VIEW_VERSION = 1
@@ -40,13 +41,13 @@ class GameFold:
     state: State | None
     error: str = ""
     seq: int = 0
-    status: str = "waiting"
-    seats: list[dict[str, Any]] = field(default_factory=list)
+    status: Status = "waiting"
+    seats: list[SeatView] = field(default_factory=list)
     to_move: int = 0
     ply: int = 0
     scores: list[int] | None = None
-    last_move: dict[str, Any] | None = None
-    result: dict[str, Any] | None = None
+    last_move: LastMoveView | None = None
+    result: LoggedResult | None = None
     updated: int = 0
     #: every move so far, in notation (kept only when asked: `start(keep_moves=True)`)
     moves: list[str] = field(default_factory=list)
@@ -81,7 +82,7 @@ class GameFold:
                 state = game.new_initial_state()
         except ValueError as exc:
             error = str(exc)
-        seats = [
+        seats: list[SeatView] = [
             {"seat": i, "kind": s["kind"], "name": s["name"], "colour": i, "seated": False}
             for i, s in enumerate(ev["seats"], start=1)
         ]
@@ -225,10 +226,10 @@ class GameFold:
             for seat, colour in zip(seats, colours, strict=True):
                 seat["colour"] = colour
 
-    def view(self) -> dict[str, Any]:
+    def view(self) -> StoredView:
         c = self.created
         move_time = c["move_time_ms"]
-        view: dict[str, Any] = {
+        view: StoredView = {
             "v": VIEW_VERSION,
             "game_id": self.game_id,
             "game": c["game"],

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -38,8 +37,6 @@ from services.gateway.metrics import Metrics
 from services.gateway.settings import REDIS_CONNECTIONS, GatewaySettings
 from services.gateway.views import GameStates
 from services.tournament.store import TournamentStore
-
-log = logging.getLogger("agon.gateway")
 
 
 # -- the application -------------------------------------------------------------------
@@ -98,7 +95,6 @@ def _parts(
         # One reader of the inboxes of every bot streaming here (services.gateway.turns).
         app[appkeys.TURNS] = TurnReader(redis, keys, app[appkeys.NAME], app[appkeys.DELIVERIES].lag)
         reading = asyncio.create_task(app[appkeys.TURNS].run(stop))
-        log.info("gateway %s ready", app[appkeys.NAME])
         try:
             yield
         finally:

@@ -21,12 +21,13 @@ from typing import Any
 from aiohttp import web
 
 from bots.base import bot_names
-from schemas.api import BotSeatSpec, GameCreatedBody, MoveBody, NewGame, ResignBody
+from schemas.api import BotSeatSpec, GameCreatedBody, GamePageBody, MoveBody, NewGame, ResignBody
 from schemas.base import new_command_id, new_game_id
 from schemas.codec import unpack
 from schemas.commands import CreateGame, PlayMove, Resign, SeatPlayer, SeatSpec
 from schemas.replies import Accepted, Reply
 from schemas.tokens import token_hash
+from schemas.views import GameSummary, PliesBody
 from services.archive import ARCHIVED, Archive, ArchiveError, open_archive
 from services.bus import quotas
 from services.bus.clients import STATUSES, LogEntry
@@ -169,8 +170,8 @@ async def list_games(request: web.Request) -> web.Response:
         page = await request.app[appkeys.QUERY].games(status=status, **_filters(request))
     except ValueError as exc:
         raise ApiError("bad_request", str(exc)) from None
-    games = [summary(v) for v in page.games]
-    return cacheable(request, {"games": games, "cursor": page.cursor}, max_age=LIST_MAX_AGE)
+    body = GamePageBody(games=[GameSummary.of(v) for v in page.games], cursor=page.cursor)
+    return cacheable(request, body, max_age=LIST_MAX_AGE)
 
 
 def _filters(request: web.Request) -> dict[str, Any]:
@@ -192,7 +193,7 @@ async def list_archived(request: web.Request) -> web.Response:
         found, cursor = await asyncio.to_thread(where.page, **_filters(request))
     except ValueError as exc:
         raise ApiError("bad_request", str(exc)) from None
-    body = {"games": [e.summary() for e in found], "cursor": cursor}
+    body = GamePageBody(games=[e.summary() for e in found], cursor=cursor)
     return cacheable(request, body, max_age=LIST_MAX_AGE)
 
 
@@ -210,30 +211,6 @@ async def archived_log(app: web.Application, game_id: str) -> list[LogEntry] | N
         return await asyncio.to_thread(where.load, game_id)
     except ArchiveError as exc:
         raise ApiError("archive_damaged", str(exc), status=500) from None
-
-
-def summary(view: dict[str, Any]) -> dict[str, Any]:
-    """A game in the list: the projector's view without the position's details."""
-    result = view.get("result")
-    row = {
-        "id": view["game_id"],
-        "game": view["game"],
-        "options": view["options"],
-        "status": view["status"],
-        "seq": view["seq"],
-        "ply": view["ply"],
-        "to_move": view["to_move"] or None,
-        "seats": view["seats"],
-        "scores": view["scores"],
-        "result": None
-        if not result
-        else {"winner": result["winner"] or None, "reason": result["reason"]},
-        "created": view["created"],
-        "updated": view["updated"],
-    }
-    if "imported_from" in view:  # the engine's mark: listed and replayable, never rated
-        row["imported_from"] = view["imported_from"]
-    return row
 
 
 async def game_or_404(request: web.Request, *, fresh: bool = True) -> GameFold:
@@ -262,13 +239,13 @@ async def get_game(request: web.Request) -> web.Response:
         ply = int_param(request, "ply", 0, 0, MAX_PLY)
         game = await states.at_ply(game_id, ply)
         if game is None:
-            view = api_view(fold_at(await _archived_or_404(request), ply))
-            return respond(request, {**view, ARCHIVED: True})
+            game = fold_at(await _archived_or_404(request), ply)
+            return respond(request, api_view(game, archived=True))
         return respond(request, api_view(game))
     found = await states.current(game_id)
     if found is None:
-        view = api_view(start(await _archived_or_404(request)))
-        return respond(request, {**view, ARCHIVED: True})
+        found = start(await _archived_or_404(request))
+        return respond(request, api_view(found, archived=True))
     return respond(request, api_view(found))
 
 
@@ -282,7 +259,7 @@ async def get_plies(request: web.Request) -> web.Response:
     views = await request.app[appkeys.STATES].views_between(game_id, first, last)
     if views is None:
         views = views_of(await _archived_or_404(request), first, last)
-    return respond(request, {"views": views})
+    return respond(request, PliesBody(views=views))
 
 
 def seat_of_token(game: GameFold, token: str) -> int:

@@ -126,10 +126,20 @@ def refused(reply: Reply) -> ApiError | None:
 
 # -- bodies in, bodies out -------------------------------------------------------------
 def respond(request: web.Request, body: Any, status: int = 200, **headers: str) -> web.Response:
-    """JSON, or msgpack when the client asks for it with `Accept`."""
+    """JSON, or msgpack when the client asks for it with `Accept`; a model (a typed view)
+    is serialized by pydantic, in one pass."""
     if MSGPACK in request.headers.get("Accept", ""):
+        if isinstance(body, BaseModel):
+            body = body.model_dump(mode="json")
         return web.Response(
             body=msgpack.packb(body), status=status, content_type=MSGPACK, headers=headers
+        )
+    if isinstance(body, BaseModel):
+        return web.Response(
+            body=body.model_dump_json().encode(),
+            status=status,
+            content_type="application/json",
+            headers=headers,
         )
     return web.json_response(body, status=status, headers=headers, dumps=_dumps)
 

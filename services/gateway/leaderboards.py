@@ -16,7 +16,7 @@ from typing import Any
 
 from services.bus.clients import QueryClient
 from services.bus.text import now_ms
-from services.tournament.results import ranked
+from services.tournament.report import ranked
 
 log = logging.getLogger("agon.gateway")
 

@@ -36,6 +36,7 @@ from schemas.api import (
     bot_message_schema,
 )
 from schemas.tournaments import TournamentSpec
+from schemas.views import GameView, PliesBody
 from services.gateway import appkeys, bots, games, imports, pages, sockets, tournaments
 from services.gateway.http import ApiError, bearer, errors, respond
 
@@ -152,13 +153,13 @@ ROUTES: tuple[Route, ...] = (
     ),
     Route(
         "GET", "/api/games/{id}", games.get_game, "A game's view (at ply N with ?ply=N)",
-        answers={200: ("application/json", "the view"), 404: REFUSED},
+        answers={200: (GameView, "the view"), 404: REFUSED},
         params=(GAME_ID, Param("ply", "query", {"type": "integer", "minimum": 0})),
     ),
     Route(
         "GET", "/api/games/{id}/plies", games.get_plies,
         "The views after a range of plies, folded in one pass (replay)",
-        answers={200: ("application/json", "{\"views\": [view, ...]}"), 400: REFUSED, 404: REFUSED},
+        answers={200: (PliesBody, "the views, oldest first"), 400: REFUSED, 404: REFUSED},
         params=(
             GAME_ID,
             Param("from_ply", "query", {"type": "integer", "minimum": 0, "maximum": games.MAX_PLY}),

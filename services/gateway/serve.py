@@ -79,6 +79,7 @@ async def serving(
             )  # fmt: skip
             async with _metrics_site(settings, app):
                 shown = "127.0.0.1" if host in ("", "0.0.0.0") else host
+                log.warning("%s ready: serving http://%s:%d", app[appkeys.NAME], shown, port)
                 yield f"http://{shown}:{port}"
     finally:
         if listening is not None:

@@ -26,7 +26,7 @@ from services.gateway.http import ApiError, int_param, operator, read_body, resp
 from services.gateway.leaderboards import Leaderboards
 from services.tournament.aggregate import Tournament
 from services.tournament.director import cancel
-from services.tournament.results import report, report_of, scheduled_results, standings_csv, summary
+from services.tournament.report import report, report_of, scheduled_results, standings_csv, summary
 
 log = logging.getLogger("agon.gateway")
 

@@ -290,9 +290,9 @@ class Turns:
             ids = list(self.games)
             views = await self.app[appkeys.QUERY].views(ids) if ids else []
             ends += [
-                (gid, {"result": v["result"]["winner"], **v["result"]})
+                (gid, {"result": end["winner"], **end})
                 for gid, v in zip(ids, views, strict=True)
-                if v is not None and v["status"] == "ended"
+                if v is not None and (end := v["result"]) is not None
             ]
         for game_id, ev in ends:
             seat = self.games.pop(game_id, None)

@@ -14,10 +14,9 @@ warehouses, and the number printed on each piece.
 
 from __future__ import annotations
 
-from typing import Any
-
 from schemas.codec import unpack_event
 from schemas.events import NO_RESULT_REASONS
+from schemas.views import BoardView, CellView, GameView
 from services.bus.cache import LRU
 from services.bus.clients import LogEntry, QueryClient
 from services.gamelog.fold import GameFold, by_ply
@@ -60,9 +59,7 @@ class GameStates:
         entries = await self.query.log(game_id)
         return fold_at(entries, ply) if entries else None
 
-    async def views_between(
-        self, game_id: str, first: int, last: int
-    ) -> list[dict[str, Any]] | None:
+    async def views_between(self, game_id: str, first: int, last: int) -> list[GameView] | None:
         """The views after plies `first` to `last` (those the game has), from one fold of
         its log: a replay's views in one pass rather than one fold per ply."""
         entries = await self.query.log(game_id)
@@ -81,7 +78,7 @@ def fold_at(entries: list[LogEntry], ply: int) -> GameFold:
     return game  # the whole game, which had fewer plies (by_ply yields at least once)
 
 
-def views_of(entries: list[LogEntry], first: int, last: int) -> list[dict[str, Any]]:
+def views_of(entries: list[LogEntry], first: int, last: int) -> list[GameView]:
     """The views after plies `first` to `last` (those the game has) of a log, in one pass."""
     out = []
     for moves, game in by_ply(unpack_event(e.data) for e in entries):
@@ -99,28 +96,27 @@ def start(entries: list[LogEntry]) -> GameFold:
     return folded
 
 
-def api_view(game: GameFold) -> dict[str, Any]:
+def api_view(game: GameFold, *, archived: bool = False) -> GameView:
     """The game as `GET /api/games/{id}` shows it."""
-    stored = game.view()
     state = game.state
     created = game.created
     result = game.result
-    view: dict[str, Any] = {
-        "id": game.game_id,
-        "game": created["game"],
-        "options": stored["options"],
-        "status": game.status,
-        "seq": game.seq,
-        "ply": game.ply,
-        "to_move": game.to_move or None,
-        "legal_moves": [str(m) for m in state.legal_moves()]
+    return GameView(
+        id=game.game_id,
+        game=created["game"],
+        options=created["options"],
+        status=game.status,
+        seq=game.seq,
+        ply=game.ply,
+        to_move=game.to_move or None,
+        legal_moves=[str(m) for m in state.legal_moves()]
         if state is not None and game.status == "playing"
         else [],
-        "seats": stored["seats"],
-        "scores": game.scores,
-        "last_move": game.last_move,
-        "moves": list(game.moves),
-        "result": None
+        seats=game.seats,
+        scores=game.scores,
+        last_move=game.last_move,
+        moves=list(game.moves),
+        result=None
         if result is None
         else {
             "winner": result["winner"] or None,
@@ -129,38 +125,39 @@ def api_view(game: GameFold) -> dict[str, Any]:
             "detail": result["detail"],
             "scores": result["scores"],
         },
-        "move_time": created["move_time_ms"] / 1000 if created["move_time_ms"] else None,
-        "deadline": game.deadline or None,
-        "created": created["time"],
-        "updated": game.updated,
+        move_time=created["move_time_ms"] / 1000 if created["move_time_ms"] else None,
+        deadline=game.deadline or None,
+        created=created["time"],
+        updated=game.updated,
         # The engine's mark of an imported game: replayable here, never rated.
-        "imported_from": created.get("imported_from"),
-        "board": board(game),
-    }
-    if stored.get("error"):
-        view["error"] = stored["error"]
-    return view
+        imported_from=created.get("imported_from"),
+        board=board(game),
+        error=game.error or None,
+        archived=archived,
+    )
 
 
-def board(game: GameFold) -> dict[str, Any]:
+def board(game: GameFold) -> BoardView:
     """The board cell by cell, with what the game shows beside it."""
     rules, state = game.game, game.state
     if rules is None or state is None:
         return {"name": "", "cells": []}
     cells = rules.board.cells
     text = state.board_string()
-    out: dict[str, Any] = {"name": rules.board.name}
     if rules.name == OVERFLOW:
         heights = [int(h) for h in text.split(",")]
-        out["cells"] = [
+        stacks: list[CellView] = [
             {"label": c.label, "height": h, "house": 1 if c.phase == 1 else 2}
             for c, h in zip(cells, heights, strict=True)
         ]
-        return out
-    out["cells"] = [
-        {"label": c.label, "piece": None if ch == "." else int(ch)}
-        for c, ch in zip(cells, text, strict=True)
-    ]
+        return {"name": rules.board.name, "cells": stacks}
+    out: BoardView = {
+        "name": rules.board.name,
+        "cells": [
+            {"label": c.label, "piece": None if ch == "." else int(ch)}
+            for c, ch in zip(cells, text, strict=True)
+        ],
+    }
     if rules.name == TEEKO:
         markers = int(rules.options["markers"])
         out["hands"] = [markers - text.count(str(colour)) for colour in (1, 2)]

@@ -10,7 +10,7 @@ lost race) folds from the log too, so the read models always end at the log's he
 
 With `replicas` (`--ack-replicas`, as the engine's), a batch is acknowledged only once the
 server that serves each partition holds its games' models up to the batch's events and that
-many replicas confirmed it (`registry.unconfirmed`); otherwise the batch is read again. So a
+many replicas confirmed it (`write.unconfirmed`); otherwise the batch is read again. So a
 master failover cannot keep the acknowledgement and lose the models it stood for.
 """
 
@@ -29,7 +29,7 @@ from services.bus.consumer import ConsumerOptions, ConsumerSettings, StreamConsu
 from services.bus.keys import FEED_GROUPS, PROJECTOR_GROUP, Keys
 from services.bus.reader import Entry
 from services.gamelog.fold import GameFold, fold
-from services.projector.registry import Write, head_of, unconfirmed, write
+from services.projector.write import Write, head_of, unconfirmed, write
 
 log = logging.getLogger("agon.projector")
 
@@ -61,7 +61,7 @@ class Projector(StreamConsumer):
     ) -> None:
         keys = keys or Keys()
         feeds = [keys.feed(p) for p in keys.all_partitions()]
-        self.join(redis, keys, feeds, PROJECTOR_GROUP, settings, **options)
+        self.join(redis, keys, feeds, PROJECTOR_GROUP, settings, partitioned=True, **options)
         #: events read, game writes done, games folded again from their logs
         self.events = 0
         self.writes = 0

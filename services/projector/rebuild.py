@@ -35,15 +35,14 @@ from services.bus.keys import Keys
 from services.bus.reader import seen
 from services.bus.text import as_text
 from services.gamelog.fold import GameFold, fold
-from services.projector.registry import (
-    Write,
+from services.projector.models import (
     archived_games,
     game_of_field,
     game_of_key,
     kept_patterns,
     stored_models,
-    write,
 )
+from services.projector.write import Write, write
 
 log = logging.getLogger("agon.rebuild")
 

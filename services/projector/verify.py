@@ -23,11 +23,12 @@ from services.bus.keys import Keys
 from services.bus.stuck import stuck_games
 from services.bus.text import as_text, now_ms
 from services.gamelog.checks import chain_problems, replay_problems
-from services.gamelog.fold import fold
-from services.projector.registry import (
-    Expected,
+from services.gamelog.fold import GameFold, fold
+from services.projector.models import (
+    Kind,
     archived_cells,
     archived_games,
+    game_cells,
     game_of_field,
     kept_digest,
     stored_models,
@@ -43,6 +44,30 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+
+class Expected:
+    """Read models computed in memory from whole logs: what `verify` expects to find."""
+
+    def __init__(self, keys: Keys) -> None:
+        self.keys = keys
+        self.strings: dict[str, bytes] = {}
+        self.tables: dict[str, dict[str, Any]] = {}
+        self.kinds: dict[str, Kind] = {}
+
+    def add(self, game: GameFold) -> None:
+        keys = self.keys
+        seen = keys.projector_seen(keys.partition(game.game_id))
+        self.kinds[seen] = "hash"
+        self.tables.setdefault(seen, {})[game.game_id] = game.seq
+        for cell in game_cells(keys, game):
+            if cell.value is None:
+                continue
+            self.kinds[cell.key] = cell.kind
+            if cell.kind == "string":
+                self.strings[cell.key] = bytes(cell.value)  # type: ignore[arg-type]
+            else:
+                self.tables.setdefault(cell.key, {})[cell.field] = cell.value
 
 
 async def verify(

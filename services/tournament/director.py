@@ -145,7 +145,10 @@ class Director:
         return sorted(peers)
 
     async def advance(self, tournament_id: str) -> int:
-        t = self._folds.get(tournament_id)
+        # The fold leaves the cache while this pass decides on it and comes back only once
+        # its events are in the log: a pass cut short (Redis gone mid-append) never leaves
+        # a fold ahead of the log, which would retire a tournament whose end was not written.
+        t = self._folds.pop(tournament_id, None)
         if t is None:
             t = await self.store.load(tournament_id)
         else:
@@ -154,7 +157,6 @@ class Director:
             await self.store.retire(tournament_id)
             return 0
         if t.ended is not None:
-            self._folds.pop(t.id, None)
             self._admission.pop(t.id, None)
             return await self._wind_up(t)
         head = t.seq
@@ -166,16 +168,14 @@ class Director:
         }
         events = decide(t, ends, now_ms())
         if not await self.store.append(t.id, head, events):
-            self._folds.pop(t.id, None)  # another writer moved the log on: fold it again
-            return 0
-        self._folds[t.id] = t
+            return 0  # another writer moved the log on: fold it again next pass
         self.events_appended += len(events)
         for ev in events:
             if isinstance(ev, TournamentEnded):
                 log.info("tournament %s ended: %s %s", t.id, ev.reason, ev.detail)
         if t.ended is not None:
-            self._folds.pop(t.id, None)
             return len(events) + await self._wind_up(t)
+        self._folds[t.id] = t
         return len(events) + await self._create(t, {gid for gid, ev in last.items() if ev})
 
     async def _started(self, t: Tournament) -> dict[str, Any]:

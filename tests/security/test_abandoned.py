@@ -14,8 +14,8 @@ from aiohttp.test_utils import TestClient
 
 from services.bus.text import now_ms
 from services.dispatcher import Dispatcher
-from tests.gateway import Arena, new_game, until
 from tests.security.attacks import report
+from tests.support.gateway import Arena, new_game, until
 
 
 async def test_games_nobody_touches_end_as_aborted(arena: Arena, client: TestClient) -> None:

@@ -1,7 +1,7 @@
 """Issue 22, item 8: no Redis user `agon acl` writes can wipe the data or watch the others.
 
 On a real redis-server started with the users `agon acl` wrote (the `deployment` fixture of
-`tests/test_acl.py`), every user, the operator included, tries the server-wide commands that
+`tests/bus/test_acl.py`), every user, the operator included, tries the server-wide commands that
 empty, stop or spy on Redis: REPLICAOF to an empty server drops every key, MONITOR and
 SLOWLOG show other users' commands (seat tokens), SCRIPT/FUNCTION writes drop what the
 services rely on, DEBUG, SHUTDOWN, FLUSHALL, CONFIG SET, ACL SETUSER... Each must be refused
@@ -24,8 +24,8 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 from services.cli import main as agon
 from services.cli.acl import USERS
+from tests.bus.test_acl import PREFIX, Deployment, deployment  # noqa: F401 (the fixture)
 from tests.security.attacks import report
-from tests.test_acl import PREFIX, Deployment, deployment  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.timeout(180)
 

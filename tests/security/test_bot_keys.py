@@ -23,8 +23,8 @@ from services.bus.secret import shared_secret
 from services.cli import main as agon
 from services.gateway.bots import KEY_CACHE_S
 from services.gateway.settings import REGISTER_QUOTA
-from tests.gateway import Arena, until
 from tests.security.attacks import report
+from tests.support.gateway import Arena, until
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -27,11 +27,11 @@ import aiohttp
 import pytest
 
 from schemas.tokens import token_hash
+from services.bus.embedded import free_port
 from services.gateway.live import KEY_CACHE_S
-from services.redis_embedded import free_port
-from tests.gateway import Arena, until
-from tests.procs import Processes
 from tests.security.attacks import report, scale
+from tests.support.gateway import Arena, until
+from tests.support.procs import Processes
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from tests.gateway import Arena, new_game, until, view
 from tests.security.attacks import report
+from tests.support.gateway import Arena, new_game, until, view
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -29,11 +29,11 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
 
+from services.bus.embedded import free_port, stop_process
 from services.gateway.guard import client_address, quiet_accept_errors
-from services.redis_embedded import free_port
-from tests.gateway import Arena, new_game
-from tests.procs import ROOT
 from tests.security.attacks import report, scale
+from tests.support.gateway import Arena, new_game
+from tests.support.procs import ROOT
 
 FILES = scale(512, 4096)
 IDLE = scale(600, 6000)
@@ -73,12 +73,7 @@ def gateway_process(redis_url: str, prefix: str, port: int, log: Path) -> Iterat
             time.sleep(0.05)
         yield
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
+        stop_process(process, 10.0)
 
 
 def open_socket(port: int) -> socket.socket:

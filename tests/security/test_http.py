@@ -23,16 +23,16 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from schemas.tournaments import TournamentSpec, new_tournament_id
+from services.bus.embedded import free_port
 from services.bus.text import now_ms
 from services.gateway import GatewaySettings
 from services.gateway.guard import SECURITY_HEADERS
 from services.gateway.serve import serving
-from services.redis_embedded import free_port
 from services.tournament.store import TournamentStore
-from tests.browser import SCREENSHOTS, chromium, fresh_page, hold_seats, open_game
-from tests.browser import serving as browser_site
-from tests.gateway import Arena, new_game, until, view
 from tests.security.attacks import report
+from tests.support.browser import SCREENSHOTS, chromium, fresh_page, hold_seats, open_game
+from tests.support.browser import serving as browser_site
+from tests.support.gateway import Arena, new_game, until, view
 
 HUMANS: list[dict[str, dict[str, str]]] = [{"human": {}}, {"human": {}}]
 

@@ -32,8 +32,8 @@ from services.bus.secret import shared_secret
 from services.gamelog.export import export_line, read_jsonl, signature_line
 from services.gateway.settings import IMPORT_QUOTA
 from services.tournament.store import TournamentStore
-from tests.gateway import Arena, new_game, play_out, running_arena, until, view
 from tests.security.attacks import report, scale
+from tests.support.gateway import Arena, new_game, play_out, running_arena, until, view
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -170,7 +170,7 @@ async def test_forged_imports_leave_every_leaderboard_tournament_and_bot_unchang
     # Still a game anyone can list and replay, marked as the engine's import.
     assert marked == [games[0]] * 3
     assert {rows[gid].get("imported_from") for gid in ids} == {games[0]}
-    assert all("imported_from" not in rows[gid] for gid in games)
+    assert all(rows[gid]["imported_from"] is None for gid in games)
 
 
 # -- (b) credentials -------------------------------------------------------------------------

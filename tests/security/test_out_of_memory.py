@@ -23,14 +23,14 @@ import redis.asyncio as aioredis
 from schemas.codec import FIELD, FIELD_BYTES, encode, unpack
 from schemas.commands import CreateGame, SeatPlayer, SeatSpec
 from services.bus import outages
+from services.bus.embedded import EmbeddedRedis
 from services.bus.keys import Keys
 from services.bus.text import now_ms
 from services.dispatcher import RECHECK_MS, TIMEOUT_GRACE_MS, Dispatcher
 from services.engine_service import EngineService
 from services.projector import verify
-from services.redis_embedded import EmbeddedRedis
-from tests.gateway import Arena, running_arena, until
 from tests.security.attacks import report, scale
+from tests.support.gateway import Arena, running_arena, until
 
 # An HTTP client connection the gateway dropped while Redis refused writes is collected
 # later, in whichever test runs then: its ResourceWarning says nothing about the product.

@@ -33,9 +33,9 @@ from schemas.events import GameCreated, GameEnded
 from services.bus.keys import Keys
 from services.gamelog.fold import GameFold
 from services.gateway import GatewaySettings, init_app
-from services.projector.registry import Write, write
-from tests.gateway import Arena, new_game
+from services.projector.write import Write, write
 from tests.security.attacks import report, scale
+from tests.support.gateway import Arena, new_game
 
 pytestmark = pytest.mark.timeout(300)
 

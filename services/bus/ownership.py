@@ -1,0 +1,166 @@
+"""Partition ownership: the live members of a service kind divide the partitions by leases.
+
+Every engine reading every partition's command stream put a game's consecutive moves on
+engines holding stale copies of it: they lost the append race and decided again (hundreds
+of conflicts per thousand moves at four engines). So each partitioned kind (engine,
+projector, dispatcher) reads only the partitions it owns, as Kafka's consumers own
+their partitions and Redis Cluster's masters their slots:
+
+- **Sticky shares.** A member's share is the partitions whose highest rendezvous hash
+  (`share`) over the kind's live members (their heartbeats, `services.bus.presence`) is
+  its own: a member that joins takes only its share, one that leaves hands only its
+  share to the others, and every other partition stays where it is, unpaused.
+- **Leases.** A partition's lease (`Keys.lease`, in the partition's hash slot) names its
+  owner until `expires`, on Redis's clock; the owner renews it every `ROUND_S`. A member
+  gives up what is no longer its share by releasing it; a lease not renewed for
+  `LEASE_MS` frees itself, so a dead member's partitions move within two seconds.
+- **Fencing.** A lease's `epoch` grows each time it changes hands. A write that must come
+  from the owner carries the epoch it holds, and the script refuses another
+  (`services.engine_service.store`: `Fenced`): an owner that was paused past its lease
+  and resumes cannot write over its successor.
+- **Handover.** A member that takes a partition claims the entries still pending there
+  (`GroupReader.take_over`): those its predecessor read and never acknowledged.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from services.bus.connection import Client
+from services.bus.keys import Keys
+from services.bus.presence import alive, processes
+from services.bus.scripts import Call, Script
+from services.bus.text import now_ms
+
+#: How long a lease lasts without renewal (ms): a dead member's partitions move this soon.
+LEASE_MS = 1500
+#: How often a member renews its leases and takes or gives up partitions (s).
+ROUND_S = 0.25
+
+# KEYS[1]: the lease. ARGV[1]: the member, ARGV[2]: the lease's length (ms). Renews a
+# lease the member holds, takes one that is free or expired (the epoch grows); returns
+# the epoch held, or 0 when another member holds it.
+_TAKE = Script(
+    """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = redis.call('HMGET', KEYS[1], 'owner', 'epoch', 'expires')
+local owner, epoch, expires = lease[1], tonumber(lease[2] or '0'), tonumber(lease[3] or '0')
+if owner ~= ARGV[1] then
+  if owner and owner ~= '' and expires > now then return 0 end
+  epoch = epoch + 1
+end
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'epoch', epoch, 'expires', now + tonumber(ARGV[2]))
+return epoch
+"""
+)
+
+# KEYS[1]: the lease. ARGV[1]: the member. Frees the lease if the member holds it (the
+# epoch stays: the next owner's is higher).
+_RELEASE = Script(
+    """
+if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'owner', '', 'expires', 0)
+  return 1
+end
+return 0
+"""
+)
+
+
+def share(items: Iterable[str], members: Sequence[str], me: str) -> list[str]:
+    """The items `me` owns among `members`: those whose highest (member, item) hash is its.
+
+    Rendezvous hashing: when a member comes or goes, only its own share moves.
+    """
+    mine = []
+    for item in items:
+        owner = max(members, key=lambda m: (zlib.crc32(f"{m}|{item}".encode()), m))
+        if owner == me:
+            mine.append(item)
+    return mine
+
+
+@dataclass(slots=True)
+class Change:
+    """What a round changed: the partitions taken (with their new epochs) and given up."""
+
+    taken: list[int] = field(default_factory=list)
+    lost: list[int] = field(default_factory=list)
+
+
+class Ownership:
+    """`member`'s share of `kind`'s partitions, held by leases with fencing epochs."""
+
+    def __init__(
+        self, redis: Client, keys: Keys, kind: str, member: str, lease_ms: int = LEASE_MS
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.kind = kind
+        self.member = member
+        self.lease_ms = lease_ms
+        #: the partitions held, with the epoch each was taken under
+        self.owned: dict[int, int] = {}
+        #: partitions this member took over and gave up, since it started
+        self.moves = 0
+
+    def epoch(self, p: int) -> int:
+        """The epoch `p` is held under; -1 when it is not held (a write under it is refused)."""
+        return self.owned.get(p, -1)
+
+    async def members(self) -> list[str]:
+        """The kind's live members, this one among them."""
+        now = now_ms()
+        live = {self.member}
+        for name, beat in (await processes(self.redis, self.keys)).items():
+            if beat.role == self.kind and alive(beat, now):
+                live.add(name)
+        return sorted(live)
+
+    def desired(self, members: Sequence[str]) -> set[int]:
+        parts = [str(p) for p in self.keys.all_partitions()]
+        return {int(p) for p in share(parts, members, self.member)}
+
+    async def round(self) -> Change:
+        """Renew what is held and still this member's share, take its share where free,
+        give up the rest; what changed."""
+        want = self.desired(await self.members())
+        change = Change()
+        giving = sorted(set(self.owned) - want)
+        for p in giving:
+            self.owned.pop(p)
+        change.lost += giving
+        if giving:
+            await _RELEASE.run_many(self.redis, [self._lease(p, self.member) for p in giving])
+        asking = sorted(want)
+        calls = [self._lease(p, self.member, self.lease_ms) for p in asking]
+        for p, answer in zip(asking, await _TAKE.run_many(self.redis, calls), strict=True):
+            epoch, held = int(answer), self.owned.get(p)
+            if epoch and held is None:
+                change.taken.append(p)
+            elif held is not None and epoch != held:
+                change.lost.append(p)  # it expired and changed hands meanwhile
+                epoch = 0
+            if epoch:
+                self.owned[p] = epoch
+            else:
+                self.owned.pop(p, None)
+        self.moves += len(change.taken) + len(change.lost)
+        return change
+
+    def lose(self, p: int) -> None:
+        """Forget `p` (a write under its epoch was refused: another member holds it now)."""
+        if self.owned.pop(p, None) is not None:
+            self.moves += 1
+
+    async def release_all(self) -> None:
+        """Give every lease back (a member that stops), so that the others take over at once."""
+        held, self.owned = sorted(self.owned), {}
+        if held:
+            await _RELEASE.run_many(self.redis, [self._lease(p, self.member) for p in held])
+
+    def _lease(self, p: int, *args: str | int) -> Call:
+        return [self.keys.lease(p, self.kind)], args

@@ -1,0 +1,131 @@
+"""The scale harness (`agon bench scale`) on two simulated hosts for a few seconds, so that it
+cannot silently break.
+
+It builds the real layout (a network namespace and a CPU-quota cgroup per host, a Redis Cluster
+master on each with its replica on the other, every service as its own process) and runs the
+load through it. Its figures must be sane: moves flowed, p50 <= p99, each host's CPU stayed
+under its quota (with a margin for the accounting), conflicts and Redis commands per move were
+counted, the efficiency is printed. Nothing may be left behind: no agon-h* namespace, no link,
+no agon-scale cgroup, no process on the hosts' addresses, on return as on SIGTERM. It skips,
+saying why, only where namespaces or cgroups are unavailable (not root, no `ip`, no cgroup v1
+cpu controller); no figure is held to a speed, since the machine is shared.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.scale import (
+    CGROUP,
+    CPU_ROOT,
+    CPUACCT_ROOT,
+    SUBNET,
+    Lab,
+    our_links,
+    our_namespaces,
+    print_scale_table,
+    run_scale_bench,
+)
+from services.cli import main as agon
+
+ROOT = Path(__file__).resolve().parents[2]
+LAB = Lab.probe()
+needs_the_lab = pytest.mark.skipif(
+    not (LAB.namespaces and LAB.cgroups), reason="; ".join(LAB.notes) or "no lab"
+)
+CPU = 0.3
+
+
+def processes_with(text: str) -> list[int]:
+    """The pids of running processes whose command line holds `text`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(int(proc.name))
+    return found
+
+
+def assert_nothing_left() -> None:
+    assert our_namespaces() == [] and our_links() == []
+    assert not (CPU_ROOT / CGROUP).exists() and not (CPUACCT_ROOT / CGROUP).exists()
+    assert processes_with(f"{SUBNET}.") == []
+
+
+@needs_the_lab
+@pytest.mark.timeout(900)
+def test_two_hosts_for_a_few_seconds_with_sane_figures_and_nothing_left(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rows = run_scale_bench(hosts="2", cpu=CPU, seconds=3.0, games=8, say=lambda _: None)
+    (row, run) = rows
+    assert row["hosts"] == 2 and row["cpu_quota"] == CPU
+    assert row["moves"] > 0 and row["moves_per_sec"] > 0
+    assert 0 <= row["latency_p50_ms"] <= row["latency_p99_ms"]
+    assert len(row["host_cpu_cores"]) == 2
+    for cores in row["host_cpu_cores"]:
+        assert 0 < cores <= CPU * 1.15
+    assert row["engine_moves"] > 0 and row["conflicts_per_1k_moves"] >= 0
+    assert row["redis_ops_per_move"] > 0
+    assert row["people"]["acknowledged"] > 0
+    assert row["efficiency"] == 1.0  # the only count is its own baseline
+    assert row["process_errors"] == {}
+    assert run["layout"] == "network namespaces" and run["quotas"]
+    assert run["left_after_cleanup"] == [] and run["logs"] == []
+    assert_nothing_left()
+    print_scale_table(rows)
+    out = capsys.readouterr().out
+    assert "efficiency" in out and "CPU per host" in out and "1.00" in out
+
+
+@needs_the_lab
+@pytest.mark.timeout(600)
+def test_sigterm_mid_run_leaves_nothing_behind() -> None:
+    argv = [sys.executable, "-m", "services.cli", "bench", "scale", "--hosts", "2",
+            "--cpu", str(CPU), "--seconds", "120"]  # fmt: skip
+    process = subprocess.Popen(
+        argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stderr is not None
+    seen = []
+    deadline = time.monotonic() + 300
+    for line in process.stderr:
+        seen.append(line)
+        if "measuring" in line or time.monotonic() > deadline:
+            break
+    assert any("measuring" in line for line in seen), "".join(seen)
+    os.kill(process.pid, signal.SIGTERM)
+    process.stderr.read()
+    assert process.wait(timeout=120) != 0
+    assert_nothing_left()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--hosts", "0"], "--hosts wants whole numbers ≥ 1"),
+        (["--hosts", "1,x"], "--hosts wants whole numbers ≥ 1"),
+        (["--cpu", "0"], "--cpu wants cores per host > 0"),
+        (["--seconds", "0"], "--seconds wants a number > 0"),
+        (["--hosts", "1,2", "--kill-host"], "--kill-host needs 3 hosts or more"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert agon(["bench", "scale", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("agon bench: ") and message in err
+    assert len(err.strip().splitlines()) == 1

@@ -1,0 +1,263 @@
+"""The bus: the command and query clients, dead consumers, and read models by registry.
+
+Against the session's real redis-server, one key prefix per test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgpack
+import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from schemas.commands import CreateGame, SeatSpec
+from services.bus.clients import CommandClient, QueryClient
+from services.bus.embedded import EmbeddedRedis
+from services.bus.keys import ENGINE_GROUP, Keys
+from services.bus.reader import GroupReader
+from services.bus.scripts import Script
+from services.cli.pipeline import ServiceSet, create_games
+from services.engine_service import EngineService
+from services.gamelog.fold import GameFold
+from services.projector import Projector, models, rebuild, verify
+from tests.conftest import PrimaryAndReplica
+
+BOTS = [SeatSpec(kind="bot", name="random"), SeatSpec(kind="bot", name="random")]
+
+
+@pytest.fixture
+def keys(namespace: str) -> Keys:
+    return Keys(prefix=namespace, partitions=4)
+
+
+def create(gid: str) -> CreateGame:
+    return CreateGame(command_id=f"create-{gid}", game_id=gid, game="teeko", seats=BOTS)
+
+
+async def test_a_late_reply_is_asked_for_again_with_the_same_id(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    engine = EngineService(redis, keys, secret=b"s")
+    async with CommandClient(redis, keys, timeout_s=0.2) as client:
+        asking = asyncio.create_task(client.submit(create("g1"), timeout_s=0.2))
+        await asyncio.sleep(0.3)  # the first wait runs out: the command is sent again
+        # Every copy (a slow first drain lets the client send a third) ...
+        copies = await engine.drain()
+        reply = await asking
+    assert copies >= 2
+    assert reply.type == "accepted" and reply.seq == 4
+    assert await QueryClient(redis, keys).head("g1") == 4  # ... created the game once
+    assert engine.counts.duplicates == copies - 1
+
+
+async def test_no_reply_at_all_is_a_timeout_naming_the_command(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    async with CommandClient(redis, keys) as client:
+        with pytest.raises(TimeoutError, match="create-g1"):
+            await client.submit_many([create("g1")], timeout_s=0.05, retries=1)
+
+
+async def test_single_commands_sent_together_each_land_once_and_fail_alone(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    """Concurrent one-command sends go out in one pipeline; each lands once, and a failing
+    XADD (here to a partition's command stream that is no stream) fails its own senders
+    only."""
+    ids = [f"g{i}" for i in range(40)]
+    broken = keys.commands_for(ids[7])
+    await redis.set(broken, "not a stream")
+    client = CommandClient(redis, keys)
+    results = await asyncio.gather(
+        *(client.send([create(gid)]) for gid in ids), return_exceptions=True
+    )
+    failed = [gid for gid, r in zip(ids, results, strict=True) if isinstance(r, Exception)]
+    lost = [gid for gid in ids if keys.commands_for(gid) == broken]
+    assert failed == lost and 0 < len(lost) < len(ids)
+    assert all("WRONGTYPE" in str(results[ids.index(gid)]) for gid in lost)
+    sent: list[str] = []
+    for p in keys.all_partitions():
+        if keys.commands(p) != broken:
+            for _, fields in await redis.xrange(keys.commands(p)):
+                sent.append(CreateGame.model_validate(msgpack.unpackb(fields[b"m"])).game_id)
+    assert sorted(sent) == sorted(set(ids) - set(lost))
+
+
+async def test_the_game_list_filters_and_pages_across_partitions(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    specs = [("teeko", {}), ("overflow", {"size": "3"})]
+    ids = await create_games(redis, keys, specs, 6, ["random", "random"])
+    await ServiceSet(redis, keys, ["random"]).drain()
+    query = QueryClient(redis, keys)
+    assert len({keys.partition(gid) for gid in ids}) > 1  # the list must merge partitions
+
+    seen: list[str] = []
+    cursor = None
+    for _ in range(10):
+        page = await query.games(limit=5, cursor=cursor)
+        seen += [v["game_id"] for v in page.games]
+        cursor = page.cursor
+        if cursor is None:
+            break
+    assert sorted(seen) == sorted(ids) and len(seen) == len(set(seen)) == 12
+    created = [(v["created"], v["game_id"]) for v in await query.views(seen)]  # type: ignore[index]
+    assert created == sorted(created, reverse=True)  # newest first
+
+    teeko = await query.games(game="teeko", limit=50)
+    assert {v["game"] for v in teeko.games} == {"teeko"} and len(teeko.games) == 6
+    ended_overflow = await query.games(status="ended", game="overflow", limit=50)
+    assert len(ended_overflow.games) == 6
+    assert {v["status"] for v in ended_overflow.games} == {"ended"}
+    assert (await query.games(status="playing", limit=50)).games == []
+    assert len((await query.games(player="random", limit=50)).games) == 12
+    assert (await query.games(player="nobody", limit=50)).games == []
+    with pytest.raises(ValueError, match="status"):
+        await query.games(status="over")
+    with pytest.raises(ValueError, match="cursor"):
+        await query.games(cursor="yesterday")
+    results = await query.bot_results("random")
+    assert results["games"] == 24  # both seats, every game
+    assert results["wins"] + results["losses"] + results["draws"] + results["aborted"] == 24
+
+
+async def test_entries_delivered_to_a_reader_whose_answer_was_lost_are_taken_back(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    await CommandClient(redis, keys).send([create("g1"), create("g2")])
+    stream = keys.commands(keys.partition("g1"))
+    reader = GroupReader(redis, [stream], ENGINE_GROUP, "alive", heartbeats=keys.processes())
+    await reader.setup()
+    # Redis delivers to "alive", but the answer never reaches its reader (a dropped
+    # connection, and the client retried the read): the entries wait with nobody on them.
+    lost: Any = await redis.xreadgroup(ENGINE_GROUP, "alive", {stream: ">"})
+    assert lost and await reader.read(None) == []
+    await asyncio.sleep(0.6)  # idle past dead_idle_ms, far short of claim_idle_ms
+    taken = await reader.reclaim()
+    assert sorted(e.entry_id for e in taken) == sorted(i for i, _ in lost[0][1])
+    assert await reader.reclaim() == [], "entries it received are its own work, not lost"
+
+
+async def test_a_claim_pass_that_failed_is_not_reported_when_its_stopped_reader_is_collected(
+    redis_server_factory: Callable[..., EmbeddedRedis], keys: Keys
+) -> None:
+    # asyncio reports a task's unretrieved failure when the task is collected, from inside
+    # whatever code runs then: its traceback formatting (ast.parse) nested in another
+    # ast.parse broke that one with "AST constructor recursion depth mismatch" (CPython 3.11).
+    server = redis_server_factory()
+    redis = aioredis.Redis.from_url(server.url)
+    reader = GroupReader(redis, [keys.commands(0)], ENGINE_GROUP, "r", heartbeats=keys.processes())
+    await reader.setup()
+    server.kill()
+    with pytest.raises(RedisConnectionError):
+        await reader.read(None)  # a claim pass starts beside the read, and fails too
+    claiming = reader._claiming
+    assert claiming is not None
+    await asyncio.wait([claiming], timeout=10)
+    # (its repr shows the failure without marking it seen, as .exception() would)
+    assert "exception=" in repr(claiming), claiming
+    reports: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _, context: reports.append(context))
+    try:
+        del reader, claiming
+        gc.collect()
+    finally:
+        loop.set_exception_handler(None)
+    await redis.aclose()
+    assert [r["message"] for r in reports] == []
+
+
+async def test_a_dead_consumers_work_is_taken_and_it_leaves_the_group(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    await CommandClient(redis, keys).send([create("g1")])
+    stream = keys.commands(keys.partition("g1"))
+
+    def reader(name: str) -> GroupReader:
+        return GroupReader(redis, [stream], ENGINE_GROUP, name, heartbeats=keys.processes())
+
+    ghost = reader("ghost")  # takes the command, never beats, never acks: it died
+    assert len(await ghost.read(None)) == 1
+    engine = EngineService(redis, keys, consumer="alive", secret=b"s")
+    await engine.heartbeat()
+    assert await engine.reader.reclaim() == []  # too fresh to take yet (dead_idle_ms)
+    await asyncio.sleep(0.6)
+    taken = await engine.reader.reclaim()
+    assert [e.entry_id for e in taken] and engine.reader.claimed == 1
+    await engine.process(taken)
+    assert await QueryClient(redis, keys).head("g1") == 4
+
+    names = {c["name"] for c in await redis.xinfo_consumers(stream, ENGINE_GROUP)}
+    assert names == {b"ghost", b"alive"}
+    await asyncio.sleep(1.1)  # past dead_after_ms: the ghost is idle and holds nothing
+    await engine.heartbeat()
+    assert await engine.reader.forget_dead_consumers() == 1
+    names = {c["name"] for c in await redis.xinfo_consumers(stream, ENGINE_GROUP)}
+    assert names == {b"alive"}
+
+
+class MoveCounts:
+    """A read model no code knows of: each game's number of moves, as a string key."""
+
+    name = "move-counts"
+    kind: models.Kind = "string"
+
+    def patterns(self, keys: Keys) -> list[str]:
+        return [keys.any_partition("movecount:*")]
+
+    def cells(self, keys: Keys, game: GameFold) -> list[models.Cell]:
+        name = f"{keys.prefix}:{{{keys.partition(game.game_id)}}}:movecount:{game.game_id}"
+        return [models.Cell("string", name, "", str(game.ply).encode())]
+
+
+@pytest.fixture
+def move_counts(monkeypatch: pytest.MonkeyPatch) -> Iterator[MoveCounts]:
+    model = MoveCounts()
+    monkeypatch.setattr(models, "READ_MODELS", [*models.READ_MODELS, model])
+    yield model
+
+
+async def test_a_new_read_model_is_projected_verified_and_rebuilt_with_no_other_code(
+    redis: aioredis.Redis, keys: Keys, move_counts: MoveCounts
+) -> None:
+    ids = await create_games(redis, keys, [("teeko", {})], 3, ["random", "random"])
+    await ServiceSet(redis, keys, ["random"]).drain()
+    query = QueryClient(redis, keys)
+    (gid, *_) = ids
+    name = move_counts.cells(keys, GameFold.start((await query.events(gid))[0].model_dump()))[0]
+    count = await redis.get(name.key)
+    assert count is not None and int(count) == (await query.view(gid) or {})["ply"] > 0
+    assert (await verify(redis, keys)).problems == []
+
+    await redis.set(name.key, b"999")
+    problems = (await verify(redis, keys)).problems
+    assert len(problems) == 1 and name.key in problems[0]
+    await rebuild(redis, keys)
+    assert await redis.get(name.key) == count
+    assert (await verify(redis, keys)).problems == []
+    # The live projector keeps it too: a game folded again writes its cell.
+    await redis.delete(name.key)
+    await redis.hdel(keys.projector_seen(keys.partition(gid)), gid)
+    await Projector(redis, keys).drain()
+    await rebuild(redis, keys)
+    assert await redis.get(name.key) == count
+
+
+async def test_a_replicated_script_call_after_script_flush_loads_it_and_is_confirmed(
+    primary_and_replica: PrimaryAndReplica,
+) -> None:
+    redis, replica = primary_and_replica.redis, primary_and_replica.replica
+    await primary_and_replica.follow()
+    incr = Script("return redis.call('INCRBY', KEYS[1], ARGV[1])")
+    await redis.script_flush()  # as a failover leaves the new master: no scripts
+    calls = [(["a"], [2]), (["b"], [5])]
+    assert await incr.run_replicated(redis, calls, 1, 1000) == [(2, True), (5, True)]
+    assert await replica.mget("a", "b") == [b"2", b"5"]
+    # A replica fewer than asked for: done, but not confirmed.
+    assert await incr.run_replicated(redis, calls[:1], 2, 50) == [(4, False)]

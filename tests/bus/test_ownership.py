@@ -1,0 +1,151 @@
+"""Partition ownership against a real redis-server: shares, leases, handover and fencing.
+
+Members of a kind divide the partitions (`services.bus.ownership`): disjoint shares that
+cover every partition, a joining member takes only its share, a dead member's partitions
+move within two seconds, and an owner that lost its lease cannot write (the attack: an
+engine paused past its lease resumes and commits). End to end, two engines serve the
+games with no append conflict, and one of them stopping moves its share to the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import redis.asyncio as aioredis
+
+from schemas.codec import encode
+from schemas.events import GameCreated
+from services.bus.keys import ENGINE_GROUP, Keys
+from services.bus.ownership import LEASE_MS, Ownership, share
+from services.bus.presence import beat
+from services.cli.pipeline import ServiceSet, create_games, wait_until_ended
+from services.engine_service import EngineService, EventStore
+from services.engine_service.store import Commit, Fenced
+
+
+async def members(redis: aioredis.Redis, keys: Keys, *names: str) -> list[Ownership]:
+    """Live members of the engine kind (each beats once), with their ownership."""
+    for name in names:
+        await beat(redis, keys, name, ENGINE_GROUP, ENGINE_GROUP)
+    return [Ownership(redis, keys, ENGINE_GROUP, name) for name in names]
+
+
+async def settled(owners: list[Ownership], rounds: int = 3) -> None:
+    for _ in range(rounds):
+        for o in owners:
+            await o.round()
+
+
+def test_shares_are_disjoint_cover_everything_and_move_only_with_their_member() -> None:
+    items = [str(p) for p in range(64)]
+    three = ["a", "b", "c"]
+    shares = {m: set(share(items, three, m)) for m in three}
+    assert set.union(*shares.values()) == set(items)
+    assert sum(len(s) for s in shares.values()) == len(items)
+    assert all(len(s) > 8 for s in shares.values()), "a member got almost nothing"
+    four = {m: set(share(items, [*three, "d"], m)) for m in [*three, "d"]}
+    for m in three:  # a joining member takes only from the others, never reshuffles
+        assert four[m] <= shares[m]
+    assert set(share(items, three, "zz")) == set()  # not a member: nothing
+
+
+async def test_two_members_split_the_partitions_and_a_third_takes_only_its_share(
+    redis: aioredis.Redis, namespace: str
+) -> None:
+    keys = Keys(prefix=namespace)
+    a, b = await members(redis, keys, "engine-a", "engine-b")
+    await settled([a, b])
+    assert set(a.owned) | set(b.owned) == set(keys.all_partitions())
+    assert not set(a.owned) & set(b.owned)
+    before = {**a.owned, **b.owned}
+    (c,) = await members(redis, keys, "engine-c")
+    await settled([a, b, c])
+    assert c.owned, "the new member took nothing"
+    assert not (set(a.owned) | set(b.owned)) & set(c.owned)
+    assert set(a.owned) | set(b.owned) | set(c.owned) == set(keys.all_partitions())
+    for p, epoch in {**a.owned, **b.owned}.items():
+        assert before[p] == epoch, f"partition {p} changed hands without a reason"
+    assert all(epoch == before[p] + 1 for p, epoch in c.owned.items())
+
+
+async def test_a_dead_members_partitions_move_within_two_seconds(
+    redis: aioredis.Redis, namespace: str
+) -> None:
+    keys = Keys(prefix=namespace)
+    a, b = await members(redis, keys, "engine-a", "engine-b")
+    await settled([a, b])
+    lost = dict(b.owned)
+    await redis.hdel(keys.processes(), "engine-b")  # b dies: no beat, no renewal
+    started = time.monotonic()
+    while set(a.owned) != set(keys.all_partitions()):
+        assert time.monotonic() - started < 2.0, f"still not taken: {set(lost) - set(a.owned)}"
+        await a.round()
+        await asyncio.sleep(0.1)
+    assert all(a.owned[p] == epoch + 1 for p, epoch in lost.items())
+
+
+async def test_an_owner_paused_past_its_lease_cannot_write_after_it_resumes(
+    redis: aioredis.Redis, namespace: str
+) -> None:
+    """The attack fencing stops: engine A holds partition p, stalls (a GC pause, SIGSTOP)
+    past its lease; B takes p; A wakes up and commits with what it still believes."""
+    keys = Keys(prefix=namespace)
+    gid = "fenced-1"
+    p = keys.partition(gid)
+    a = Ownership(redis, keys, ENGINE_GROUP, "engine-a", lease_ms=200)
+    await beat(redis, keys, "engine-a", ENGINE_GROUP, ENGINE_GROUP)
+    await a.round()
+    assert p in a.owned
+    stale = dict(a.owned)  # what A believes while it sleeps
+    await redis.hdel(keys.processes(), "engine-a")
+    await asyncio.sleep(0.3)
+    (b,) = await members(redis, keys, "engine-b")
+    await b.round()
+    assert b.owned[p] == stale[p] + 1
+    created = GameCreated(
+        game_id=gid, command_id="c1", seq=1, time=1, prev_hash="", game="teeko",
+        options={}, seats=[], move_time_ms=0, seed=0, engine_version="1",
+    )  # fmt: skip
+    commit = Commit(gid, 0, "m:c1", b"ok", [encode(created)], 1)
+    old = EventStore(redis, keys, fence=lambda q: stale.get(q, -1))
+    (result,) = await old.commit_many([commit])
+    assert isinstance(result, Fenced) and result.partition == p
+    assert await redis.xlen(keys.log(gid)) == 0, "a fenced engine wrote"
+    new = EventStore(redis, keys, fence=b.epoch)
+    (result,) = await new.commit_many([commit])
+    assert not isinstance(result, Exception) and result.head == 1
+
+
+async def test_two_engines_serve_every_game_without_a_conflict_and_one_leaving_hands_over(
+    redis: aioredis.Redis, namespace: str
+) -> None:
+    keys = Keys(prefix=namespace)
+    services = ServiceSet(redis, keys, ["random"], block_ms=50, director=False)
+    await services.start()
+    second = EngineService(redis, keys, block_ms=50)
+    stop = asyncio.Event()
+    running = asyncio.create_task(second.run(stop))
+    try:
+        first = services.engines[0]
+        deadline = time.monotonic() + 5
+        while not (first.partitions() and second.partitions()):
+            assert time.monotonic() < deadline, "the second engine never got a share"
+            await asyncio.sleep(0.05)
+        games = await create_games(redis, keys, [("teeko", {})], 24, ["random", "random"])
+        assert await wait_until_ended(redis, keys, games, 60) == []
+        both = first.counts, second.counts
+        assert all(c.moves for c in both), "one engine served nothing"
+        assert sum(c.conflicts for c in both) == 0
+        assert not set(first.partitions()) & set(second.partitions())
+        stop.set()
+        await asyncio.wait_for(running, 10)
+        deadline = time.monotonic() + LEASE_MS / 1000 + 1
+        while first.partitions() != list(keys.all_partitions()):
+            assert time.monotonic() < deadline, "the leaving engine's share was not taken"
+            await asyncio.sleep(0.05)
+        more = await create_games(redis, keys, [("teeko", {})], 8, ["random", "random"])
+        assert await wait_until_ended(redis, keys, more, 60) == []
+    finally:
+        stop.set()
+        await services.stop()

@@ -1,0 +1,1 @@
+"""What the tests share: arenas and gateways, process fleets, clusters, browsers, faults."""
