@@ -43,7 +43,7 @@ PLAYOUT_ROWS: list[tuple[str, dict[str, Any]]] = [
     ("overflow", {"size": 4}),
 ]
 
-DEFAULT_LUDII_TSV = Path(__file__).resolve().parents[3] / "shared/conformance/ludii-bench.tsv"
+DEFAULT_LUDII_TSV = Path(__file__).resolve().parents[2] / "shared/conformance/ludii-bench.tsv"
 
 
 def _key(game: str, options: dict[str, Any]) -> str:

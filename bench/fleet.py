@@ -38,7 +38,7 @@ from services.bus.embedded import _die_with_parent, free_port, stop_process
 from services.bus.keys import Keys
 from services.cli.options import UsageError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 #: What every service logs once it is ready: `<its name> ready: <what it does>`.
 READY = " ready: "
 #: ... and what `agon up` says once all of its services are (its gateway serves).

@@ -714,10 +714,10 @@ def interpretation(rows: Sequence[dict[str, Any]]) -> list[str]:
                 for r in racing
             )
             lines.append(
-                f"Conflicts per 1,000 moves: {parts}: every engine reads every partition's"
-                " command stream, so a game's next move often reaches an engine whose copy of"
-                " the game is a move behind; its append loses the race and it reloads and"
-                " decides again, work that one engine never does."
+                f"Conflicts per 1,000 moves: {parts}: each engine reads only the partitions"
+                " it owns (services.bus.ownership), so a game's moves all reach the engine"
+                " holding its current copy; a conflict is a partition changing hands (an"
+                " engine joining or leaving) or a command sent twice."
             )
     lines.append(
         f"{cores} cores: engines beyond {cores} compete with Redis and the bots for CPU (and"

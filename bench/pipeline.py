@@ -50,7 +50,7 @@ from services.engine_service import EngineService, settle_heap
 from services.engine_service.service import EngineStats
 from services.projector import rebuild
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 TARGET_MOVES_PER_SEC = 10_000
 TARGET_P99_MS = 5.0
 TARGET_REBUILD_EVENTS_PER_SEC = 100_000
