@@ -38,7 +38,7 @@ from schemas.events import Event
 from schemas.replies import Reply
 from schemas.views import StoredView
 from services.bus import presence
-from services.bus.connection import TRANSIENT_ERRORS, WRITES_REFUSED, Client
+from services.bus.connection import TRANSIENT_ERRORS, WRITES_REFUSED, Client, is_cluster
 from services.bus.keys import WORKERS_GROUP, Keys
 from services.bus.scripts import confirmed, run_replicated
 from services.bus.text import as_text, now_ms
@@ -366,6 +366,16 @@ class GamePage:
     cursor: str | None = None
 
 
+@dataclass(frozen=True)
+class Gauges:
+    """What a metrics scrape reads (`QueryClient.gauges`)."""
+
+    #: each group's (lag, pending) summed over its streams
+    groups: dict[str, tuple[int, int]]
+    live_games: int
+    beats: dict[str, presence.Beat]
+
+
 @dataclass
 class BotHealth:
     """Whether anybody serves a bot: its workers' last heartbeat and its waiting turns."""
@@ -581,6 +591,50 @@ class QueryClient:
     async def processes(self) -> dict[str, presence.Beat]:
         """Every process's last beat, by process name."""
         return await presence.processes(self.redis, self.keys)
+
+    async def ping(self) -> None:
+        """Raise if Redis does not answer (a gateway's health)."""
+        await self.redis.ping()
+
+    async def gauges(self) -> Gauges:
+        """What a metrics scrape shows, in one pipeline: each group's lag and pending
+        entries over the command streams and feeds, the games being played, every beat."""
+        k = self.keys
+        streams = [k.commands(p) for p in k.all_partitions()]
+        streams += [k.feed(p) for p in k.all_partitions()]
+        pipe = self.redis.pipeline(transaction=False)
+        for stream in streams:
+            pipe.xinfo_groups(stream)
+        for p in k.all_partitions():
+            pipe.zcard(k.index_status(p, "playing"))
+        pipe.hgetall(k.processes())
+        answers: list[Any] = await pipe.execute(raise_on_error=False)
+        beats = answers.pop()
+        return Gauges(
+            groups=presence.group_totals(presence.rows_of(streams, answers[: len(streams)])),
+            live_games=sum(int(n) for n in answers[len(streams) :] if isinstance(n, int)),
+            beats={} if isinstance(beats, Exception) else presence.beats_of(beats),
+        )
+
+    async def inboxes(
+        self, positions: dict[str, str], count: int, block_ms: int, poll_s: float
+    ) -> list[tuple[str, list[Any]]]:
+        """New turns in the bots' inboxes after each bot's last seen entry id (`positions`),
+        as (bot, entries); a single server waits up to `block_ms` for one, a cluster (one
+        read per slot) polls and sleeps `poll_s` when there is none."""
+        streams: dict[Any, Any] = {self.keys.bot_turns(b): at for b, at in positions.items()}
+        bots = dict(zip(streams, positions, strict=True))
+        replies: Any
+        if is_cluster(self.redis):
+            pipe = self.redis.pipeline(transaction=False)
+            for inbox, at in streams.items():
+                pipe.xread({inbox: at}, count=count)
+            replies = [r for reply in await pipe.execute() for r in reply or ()]
+            if not replies:
+                await asyncio.sleep(poll_s)
+        else:
+            replies = await self.redis.xread(streams, count=count, block=block_ms) or []
+        return [(bots[as_text(stream)], entries) for stream, entries in replies]
 
     async def bot_health(self, bot: str) -> BotHealth:
         """Who serves `bot`: live workers, their last beat, turns waiting in its inbox."""

@@ -113,6 +113,18 @@ async def beat(redis: Client, keys: Keys, name: str, role: str, group: str, **st
     await redis.hset(keys.processes(), name, beat_value(role, group, **stats))
 
 
+async def beat_many(redis: Client, keys: Keys, beats: Mapping[str, str]) -> None:
+    """Write the beats (`beat_value`) of several processes (a gateway's outside bots)."""
+    mapping: dict[Any, Any] = dict(beats)
+    await redis.hset(keys.processes(), mapping=mapping)
+
+
+async def forget(redis: Client, keys: Keys, names: Iterable[str]) -> None:
+    """Remove the beats of processes that are gone."""
+    if gone := list(names):
+        await redis.hdel(keys.processes(), *gone)
+
+
 @contextlib.asynccontextmanager
 async def beating(
     redis: Client, keys: Keys, name: str, send: Callable[[], Awaitable[object]]

@@ -31,11 +31,11 @@ from typing import Any
 from schemas.api import EventMessage
 from schemas.codec import DecodeError, unpack
 from services.bus.clients import QueryClient
-from services.bus.connection import TRANSIENT_ERRORS, Client, is_cluster
+from services.bus.connection import TRANSIENT_ERRORS, Client
 from services.bus.delivery import Lag
 from services.bus.feeds import FeedTail
 from services.bus.keys import WORKERS_GROUP, Keys
-from services.bus.presence import EVERY_S, beat_value
+from services.bus.presence import EVERY_S, beat_many, beat_value, forget
 from services.bus.registry import BotRegistry
 from services.bus.text import as_text
 from services.gamelog.export import export_line
@@ -363,6 +363,7 @@ class TurnReader:
     def __init__(self, redis: Client, keys: Keys, name: str, lag: Lag | None = None) -> None:
         self.redis = redis
         self.keys = keys
+        self.query = QueryClient(redis, keys)
         self.registry = BotRegistry(redis, keys)
         self.name = name
         #: this gateway's delivery lag, beaten for every bot served here (admission reads it)
@@ -434,32 +435,18 @@ class TurnReader:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), BLOCK_MS / 1000)
             return
-        streams: dict[Any, Any] = {self.keys.bot_turns(bot): at for bot, at in followed.items()}
-        inboxes = dict(zip(streams, followed, strict=True))
         self.reads += 1
-        replies: Any
-        if is_cluster(self.redis):
-            pipe = self.redis.pipeline(transaction=False)
-            for inbox, at in streams.items():
-                pipe.xread({inbox: at}, count=READ_COUNT)
-            replies = [r for reply in await pipe.execute() for r in reply or ()]
-        else:
-            replies = await self.redis.xread(streams, count=READ_COUNT, block=BLOCK_MS) or []
-        for stream, entries in replies:
-            bot = inboxes.get(as_text(stream))
-            if bot is None or not entries or bot not in self.last:
+        for bot, entries in await self.query.inboxes(followed, READ_COUNT, BLOCK_MS, POLL_S):
+            if not entries or bot not in self.last:
                 continue  # its last stream went while the read was on its way
             self.last[bot] = as_text(entries[-1][0])
             for listener in self.bots.get(bot, ()):
                 listener.deliver(entries)
-        if not replies and is_cluster(self.redis):
-            await asyncio.sleep(POLL_S)
 
     async def _beat(self, stop: asyncio.Event) -> None:
         """One HSET for every bot served here, every `EVERY_S` (`services.bus.presence`: a
         beat is one field per process); a bot no longer served loses its beat."""
         beaten: set[str] = set()
-        heartbeats = self.keys.processes()
         checked = time.monotonic()
         try:
             while not stop.is_set():
@@ -474,17 +461,15 @@ class TurnReader:
                         beats: dict[Any, Any] = {
                             self._consumer(bot): self._beat_of(bot, lag) for bot in served
                         }
-                        await self.redis.hset(heartbeats, mapping=beats)
-                    if gone := beaten - served:
-                        await self.redis.hdel(heartbeats, *map(self._consumer, gone))
+                        await beat_many(self.redis, self.keys, beats)
+                    await forget(self.redis, self.keys, map(self._consumer, beaten - served))
                     beaten = served
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), EVERY_S)
         finally:
-            if beaten | set(self.bots):
-                with contextlib.suppress(Exception):
-                    gone = beaten | set(self.bots)
-                    await self.redis.hdel(heartbeats, *map(self._consumer, gone))
+            with contextlib.suppress(Exception):
+                gone = beaten | set(self.bots)
+                await forget(self.redis, self.keys, map(self._consumer, gone))
 
     async def _check_keys(self) -> None:
         """End the streams whose key is no longer their bot's: the keys of every stream

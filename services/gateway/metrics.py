@@ -18,9 +18,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from services.bus.admission import platform_lag
-from services.bus.connection import Client
-from services.bus.keys import Keys
-from services.bus.presence import beats_of, group_totals, rows_of
+from services.bus.clients import QueryClient
+from services.bus.presence import Beat
 
 LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 
@@ -71,28 +70,18 @@ class Metrics:
             child = self._commands_by_code[code] = self.commands.labels(code=code)
         child.inc()
 
-    async def refresh(self, redis: Client, keys: Keys) -> None:
-        """Read lag, pending entries and live games from Redis (one pipeline)."""
-        pipe = redis.pipeline(transaction=False)
-        streams = [keys.commands(p) for p in keys.all_partitions()]
-        streams += [keys.feed(p) for p in keys.all_partitions()]
-        for stream in streams:
-            pipe.xinfo_groups(stream)
-        for p in keys.all_partitions():
-            pipe.zcard(keys.index_status(p, "playing"))
-        pipe.hgetall(keys.processes())
-        answers: list[Any] = await pipe.execute(raise_on_error=False)
-        beats = answers.pop()
-        if not isinstance(beats, Exception):
-            self._turns(beats)
-        rows = rows_of(streams, answers[: len(streams)])  # none for a stream not there yet
-        for name, (lag, pending) in group_totals(rows).items():
+    async def refresh(self, query: QueryClient) -> None:
+        """Read lag, pending entries, live games and the bots' lag (one pipeline)."""
+        gauges = await query.gauges()
+        if gauges.beats:
+            self._turns(gauges.beats)
+        for name, (lag, pending) in gauges.groups.items():
             self.lag.labels(group=name).set(lag)
             self.pending.labels(group=name).set(pending)
-        self.live_games.set(sum(int(n) for n in answers[len(streams) :] if isinstance(n, int)))
+        self.live_games.set(gauges.live_games)
 
-    def _turns(self, beats: dict[Any, Any]) -> None:
-        lag = platform_lag(beats_of(beats))
+    def _turns(self, beats: dict[str, Beat]) -> None:
+        lag = platform_lag(beats)
         self.turn_lag.labels(stage="delivery").set(lag.lag_ms)
         self.turn_lag.labels(stage="send").set(lag.send_ms)
         self.undelivered.set(lag.late)

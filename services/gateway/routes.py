@@ -79,7 +79,7 @@ BOARD = r"^[a-z0-9-]{1,32}$"
 
 async def health(request: web.Request) -> web.Response:
     try:
-        await request.app[appkeys.REDIS].ping()
+        await request.app[appkeys.QUERY].ping()
         up = True
     except Exception:
         up = False
@@ -106,7 +106,7 @@ async def scrape_of(app: web.Application, request: web.Request) -> web.Response:
             headers={"WWW-Authenticate": "Bearer"},
         )  # fmt: skip
     data = app[appkeys.METRICS]
-    await data.refresh(app[appkeys.REDIS], settings.keys)
+    await data.refresh(app[appkeys.QUERY])
     return web.Response(body=data.text(), content_type="text/plain", charset="utf-8")
 
 
@@ -334,7 +334,14 @@ ROUTES: tuple[Route, ...] = (
     Route(
         "GET", "/games/{id}", pages.game_page,
         "The web page: a game's board (replay from ply N with ?ply=N)", tag="page",
-        params=(GAME_ID, Param("ply", "query", {"type": "integer", "minimum": 0})),
+        params=(
+            GAME_ID,
+            Param(
+                "ply", "query", {"type": "string"},
+                "a ply to show; any other text, or a ply the game has not reached, shows the "
+                "last one with a note",
+            ),
+        ),
         answers={200: ("text/html", "the page")},
     ),
     Route(

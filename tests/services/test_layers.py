@@ -234,14 +234,10 @@ def test_layer(rule: str) -> None:
 #: An exception no longer used fails the test too: the list only shrinks.
 GATEWAY_REDIS = {
     "reads the connection": {
-        "services.gateway.routes": "health's PING, and the metrics scrape (`Metrics.refresh`)",
         "services.gateway.games": "hands it to `services.bus.quotas.take`, a script of the bus",
     },
     "sends a command on it": {
         "services.gateway.app": "closes the connection it opened",
-        "services.gateway.routes": "health's PING",
-        "services.gateway.metrics": "the scrape's one pipeline of group lag, live games, beats",
-        "services.gateway.live": "`TurnReader`: the XREAD of its bots' inboxes, their beats",
     },
 }
 
