@@ -208,7 +208,7 @@ class Fleet:
         return time.monotonic() + self.stop_timeout_s
 
     def _reaped(self, service: Service, timeout_s: float) -> None:
-        stop_process(service.process, timeout_s)
+        stop_process(service.process, timeout_s, terminated=True)
         self._forget(service)
 
     def _forget(self, service: Service) -> None:

@@ -1036,7 +1036,7 @@ async def _services(url: str, prefix: str) -> None:
     await redis.aclose()
 
 
-async def _gateway(url: str, prefix: str, port: int) -> None:
+async def _gateway(url: str, prefix: str, host: str, port: int) -> None:
     from services.bus.quotas import Quota
     from services.engine_service import settle_heap
     from services.gateway import GatewaySettings
@@ -1056,7 +1056,7 @@ async def _gateway(url: str, prefix: str, port: int) -> None:
         register_quota=unbounded,
     )
     stop = stop_on_signals()
-    async with serving(settings, "127.0.0.1", port) as site:
+    async with serving(settings, host, port) as site:
         settle_heap()
         print(f"bench-gateway ready: serving {site}", flush=True)
         await stop.wait()
@@ -1079,7 +1079,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.kind == "services":
         asyncio.run(_services(args.redis_url, args.prefix))
     else:
-        asyncio.run(_gateway(args.redis_url, args.prefix, args.port))
+        asyncio.run(_gateway(args.redis_url, args.prefix, args.host, args.port))
     return 0
 
 

@@ -50,7 +50,8 @@ class Body(BaseModel):
 
 # -- HTTP bodies ---------------------------------------------------------------------------
 class HumanSeat(Body):
-    #: Reserve the seat for this name ("": anyone holding the token).
+    #: Reserve the seat for this name, which the person's results are rated under apart from
+    #: the bots' (a bot's name is refused); "": an anonymous seat, never rated.
     name: PlayerName = ""
 
 

@@ -114,6 +114,8 @@ class BoardView(TypedDict):
     chains: NotRequired[list[ChainView]]
     #: per colour ("1", "2"), the warehouses of its chains in deficit
     deficit_warehouses: NotRequired[dict[str, list[str]]]
+    #: the cells of the shape that won the game (Teeko, Hexade), once it has ended
+    winning: NotRequired[list[str]]
 
 
 class ResultView(TypedDict):
@@ -226,6 +228,8 @@ class ResultRecord(_View):
     options: list[tuple[str, str]]
     #: the names of seat 1 and seat 2
     players: tuple[str, str]
+    #: the seats people held (absent when both were bots): rated apart from the bots
+    people: list[int] | None = None
     #: the winning seat; 0 for a draw or no result
     winner: int
     reason: str

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,12 +27,17 @@ from aiohttp.test_utils import TestClient
 
 from services.bus.embedded import EmbeddedRedis
 from services.bus.keys import Keys
+from services.cli.arena import ARENA_ENV
 from tests.support.gateway import Arena, running_arena
 
 #: Databases on the session server: one per test; indexes wrap around after this many tests.
 TEST_DATABASES = 4096
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+#: The commands under test never find an arena `make run` runs on this machine (set before
+#: any test module copies the environment).
+os.environ[ARENA_ENV] = os.path.join(tempfile.mkdtemp(prefix="agon-arena-"), "arena.json")
 
 _db_counter = itertools.count(1)
 _namespace_counter = itertools.count(1)

@@ -184,9 +184,16 @@ class _StreamsCluster(RedisCluster):
         return await super()._determine_slot(command, *args)
 
 
+#: How long a cluster client waits to connect to a node: a host that went away (its link
+#: down: no refusal comes back) must not hold every command that touches it for the
+#: system's connect timeout, while its replica takes over.
+NODE_CONNECT_TIMEOUT_S = 1.0
+
+
 def cluster_client(url: str, **kwargs: Any) -> RedisCluster:
     """A Redis Cluster client that follows MOVED/ASK and refreshes its slots after failover."""
     kwargs.setdefault("retry", _retry())
+    kwargs.setdefault("socket_connect_timeout", NODE_CONNECT_TIMEOUT_S)
     return _StreamsCluster.from_url(url, **kwargs)
 
 

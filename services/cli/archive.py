@@ -105,7 +105,7 @@ class _Archive:
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        add_service_arguments(parser)
+        add_service_arguments(parser, private=False)
         add_wait_argument(parser)
         parser.add_argument(
             "--older-than",
@@ -179,7 +179,7 @@ class _Restore:
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        add_service_arguments(parser)
+        add_service_arguments(parser, private=False)
         add_wait_argument(parser)
         parser.add_argument("game_ids", nargs="*", metavar="ID", help="archived games to restore")
         parser.add_argument(

@@ -29,7 +29,7 @@ from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import TRANSIENT_ERRORS, Client
 from services.bus.consumer import ConsumerOptions, StreamConsumer
 from services.bus.keys import Keys
-from services.cli.common import announce_acks
+from services.cli.common import announce_acks, finish
 from services.cli.options import UsageError
 from services.dispatcher import Dispatcher
 from services.engine_service import EngineService
@@ -120,16 +120,13 @@ class ServiceSet:
             handled += done
         raise RuntimeError(f"the pipeline did not settle in {max_rounds} rounds")
 
-    async def stop(self, timeout_s: float = 5.0) -> None:
+    async def stop(self, timeout_s: float = 2.0) -> None:
+        """Stop every service: after its batch, else (after `timeout_s`) cancelled until it
+        ends (for up to a second more; one still going then is logged)."""
         self._stop.set()
-        if self._tasks:
-            _, late = await asyncio.wait(self._tasks, timeout=timeout_s)
-            for task in late:
-                task.cancel()
-            if late:
-                _, stuck = await asyncio.wait(late, timeout=timeout_s)
-                if stuck:
-                    log.error("%d service tasks ignored cancellation", len(stuck))
+        stuck = await finish(self._tasks, timeout_s)
+        if stuck:
+            log.error("%d service tasks ignored cancellation", len(stuck))
 
     def failed(self) -> BaseException | None:
         """The exception that ended a service task, if one ended (they should not)."""

@@ -43,11 +43,12 @@ from engine import Move
 from engine.boards import Board
 from schemas.codec import unpack_event
 from schemas.events import NO_RESULT_REASONS
+from schemas.wording import ending
 from services.archive import ARCHIVE_ENV, Archive, ArchiveError
 from services.bus.clients import LogEntry, QueryClient
 from services.bus.connection import RedisUnavailable, connect, redact, ride_out
 from services.bus.keys import Keys
-from services.cli.common import add_service_arguments, add_wait_argument
+from services.cli.common import add_service_arguments, add_wait_argument, say_arena
 from services.cli.export import read_text
 from services.cli.options import UsageError, non_negative_int
 from services.gamelog.export import ExportError, log_problems, read_jsonl
@@ -91,7 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get(ARCHIVE_ENV, ""),
         help=f"read a game that is not in Redis from this archive (default: ${ARCHIVE_ENV})",
     )
-    add_service_arguments(parser)
+    add_service_arguments(parser, private=False)
     add_wait_argument(parser)
 
 
@@ -135,10 +136,12 @@ def _from_file(name: str) -> list[LogEntry]:
 def _from_redis(args: argparse.Namespace) -> list[LogEntry]:
     """The game's log from Redis, or from the archive when Redis has none."""
     url = args.redis_url
+    if url:
+        say_arena(args)
     if not url and not args.archive:
         raise UsageError(
-            "which Redis? pass --redis-url or set REDIS_URL (or replay an export with --file,"
-            " or an archived game with --archive DIR)"
+            "which Redis? pass --redis-url or set REDIS_URL, or start the arena (make run, or"
+            " agon up); or replay an export with --file, or an archived game with --archive DIR"
         )
     keys = Keys(args.prefix, args.partitions)
     entries = asyncio.run(_read_log(url, keys, args.game_id, args.wait_s)) if url else []
@@ -403,7 +406,7 @@ def _status(fold: GameFold) -> str:
     result = fold.result
     if result is None:
         return f"to move: seat {fold.to_move} ({PIECE[fold.colour_of(fold.to_move)]})"
-    reason = result["reason"] + (f": {result['detail']}" if result["detail"] else "")
+    reason = ending(result["reason"], result["detail"])
     if result["reason"] in NO_RESULT_REASONS:
         return f"result: aborted ({reason})"
     if not result["winner"]:

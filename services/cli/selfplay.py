@@ -24,7 +24,9 @@ from services.cli.common import (
     add_service_arguments,
     add_wait_argument,
     again_after_failover,
+    pipeline_missing,
     replicas_to_wait_for,
+    say_missing,
     with_redis,
 )
 from services.cli.options import (
@@ -99,6 +101,10 @@ class _Selfplay:
 
         async def body(redis: Client, keys: Keys, url: str, stop: asyncio.Event) -> int:
             services = args.services == "all"
+            missing = [] if services else await pipeline_missing(redis, keys)
+            if missing:
+                say_missing(args, url, missing)
+                return 1
             replicas = await replicas_to_wait_for(redis, args) if services else 0
             try:
                 result = await selfplay(

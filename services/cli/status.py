@@ -38,7 +38,7 @@ from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError, ResponseError
-from rich.console import Console, Group, RenderableType
+from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -48,7 +48,14 @@ from services.bus.connection import Client, RedisUnavailable, connect, redact, r
 from services.bus.keys import Keys
 from services.bus.presence import Beat, GroupRow, alive, group_totals, rows_of
 from services.bus.text import as_text, now_ms
-from services.cli.common import add_service_arguments, add_wait_argument, setup_logging
+from services.cli.common import (
+    WHICH_REDIS,
+    add_service_arguments,
+    add_wait_argument,
+    make_console,
+    say_arena,
+    setup_logging,
+)
 from services.cli.options import UsageError, positive_float
 
 #: INFO sections read from every primary (several sections in one INFO: Redis >= 7).
@@ -58,7 +65,7 @@ GROUP_ORDER = ("engine", "projector", "dispatcher", "workers")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_service_arguments(parser)
+    add_service_arguments(parser, private=False)
     add_wait_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
@@ -77,7 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     setup_logging(args.verbose)
     if not args.redis_url:
-        raise UsageError("which Redis? pass --redis-url or set REDIS_URL")
+        raise UsageError(WHICH_REDIS)
+    say_arena(args)
     keys = Keys(args.prefix, args.partitions)
     try:
         return asyncio.run(_main(args, keys))
@@ -125,7 +133,7 @@ async def _main(args: argparse.Namespace, keys: Keys) -> int:
         if args.json:
             print(json.dumps(status))
         else:
-            Console().print(render(status))
+            make_console().print(render(status))
         return 0
     finally:
         with contextlib.suppress(Exception):
@@ -135,7 +143,7 @@ async def _main(args: argparse.Namespace, keys: Keys) -> int:
 async def _watch(redis: Client, keys: Keys, args: argparse.Namespace) -> int:
     """Collect and show every `args.watch` seconds until interrupted; Redis going away is
     shown, and the next round tries again."""
-    console = Console()
+    console = make_console()
     with contextlib.ExitStack() as stack:
         live = None if args.json else stack.enter_context(Live(console=console))
         while True:

@@ -28,6 +28,7 @@ from engine import game_names
 from schemas.tournaments import FORMATS, SprtSpec, TournamentSpec, new_tournament_id
 from services.bus.clients import QueryClient
 from services.bus.connection import Client
+from services.bus.embedded import _die_with_parent
 from services.bus.keys import Keys
 from services.bus.text import now_ms
 from services.cli.common import (
@@ -35,7 +36,12 @@ from services.cli.common import (
     add_service_arguments,
     add_wait_argument,
     again_after_failover,
+    finish,
+    logging_to,
+    make_console,
+    pipeline_missing,
     replicas_to_wait_for,
+    say_missing,
     with_redis,
 )
 from services.cli.options import (
@@ -64,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     create = sub.add_parser("create", help="create a tournament (a director plays it)")
     run = sub.add_parser("run", help="create (or with --id resume) a tournament and direct it")
     for p in (create, run):
-        add_service_arguments(p)
+        add_service_arguments(p, private=p is run)
         add_wait_argument(p)
         _spec_arguments(p, required=p is create)
         p.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -76,14 +82,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("cancel", "cancel a tournament: its games still going are aborted"),
     ):
         p = sub.add_parser(name, help=text)
-        add_service_arguments(p)
+        add_service_arguments(p, private=False)
         add_wait_argument(p)
         p.add_argument("id", help="the tournament id")
         p.add_argument("--json", action="store_true", help="print JSON")
         if name == "standings":
             p.add_argument("--csv", action="store_true", help="print the standings as CSV")
     listing = sub.add_parser("list", help="every tournament, newest first")
-    add_service_arguments(listing)
+    add_service_arguments(listing, private=False)
     add_wait_argument(listing)
     listing.add_argument("--json", action="store_true", help="print JSON")
 
@@ -133,10 +139,23 @@ def add_match_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--game", choices=game_names(), required=True)
     _game_arguments(parser)
     parser.add_argument("--sprt", required=True, help="ELO0,ELO1: the hypotheses, e.g. 0,10")
-    parser.add_argument("--alpha", type=probability, default=0.05)
-    parser.add_argument("--beta", type=probability, default=0.05)
-    parser.add_argument("--model", choices=MODELS, default="normalized")
-    parser.add_argument("--max-pairs", type=positive_int, default=1000)
+    parser.add_argument(
+        "--alpha", type=probability, default=0.05,
+        help="the chance to accept H1 when H0 is true: a false 'stronger' (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--beta", type=probability, default=0.05,
+        help="the chance to accept H0 when H1 is true: a missed 'stronger' (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--model", choices=MODELS, default="normalized",
+        help="what ELO0,ELO1 are: normalized Elo (nElo, fishtest's default), logistic Elo, or"
+        " BayesElo (cutechess-cli) (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-pairs", type=positive_int, default=1000,
+        help="stop undecided after this many pairs (default: %(default)s)",
+    )  # fmt: skip
     parser.add_argument("--id", help="resume this match instead of starting one")
     parser.add_argument("--json", action="store_true", help="print the final report as JSON")
     _services_argument(parser)
@@ -260,7 +279,7 @@ def _print(args: argparse.Namespace, data: Any, table: Any) -> None:
     if args.json:
         print(json.dumps(data))
     else:
-        Console().print(table)
+        make_console().print(table)
 
 
 async def _run(
@@ -274,6 +293,10 @@ async def _run(
     tid: str,
     created: int,
 ) -> int:
+    missing = [] if services else await pipeline_missing(redis, keys)
+    if missing:
+        say_missing(args, url, missing)
+        return 1
     store = TournamentStore(redis, keys)
     if spec is not None:
         await again_after_failover(args, lambda: _create(store, tid, spec, created))
@@ -282,8 +305,11 @@ async def _run(
         print(f"agon tournament: no tournament {tid}; see `agon tournament list`", file=sys.stderr)
         return 1
     t: Tournament = found
-    console = Console(stderr=args.json)
-    console.print(f"tournament {tid}: {_describe(t)}; resume with --id {tid}")
+    console = make_console(stderr=args.json)
+    kept = _kept(args)
+    console.print(
+        f"tournament {tid}: {_describe(t)}" + (f"; resume with {_resume(args, tid)}" * kept)
+    )
     # Each bot thinks in a process of its own (a searching bot would hold the pipeline's
     # interpreter lock, and its clock, for as long as it thinks), and is serving before the
     # director creates the first game.
@@ -301,9 +327,12 @@ async def _run(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console
     )
     task = progress.add_task("games", total=None)
-    pairs_seen = 0
+    pairs_seen, shown = 0, ""
     try:
-        with Live(progress, console=console, refresh_per_second=4, transient=True) as live:
+        with (
+            logging_to(console),
+            Live(progress, console=console, refresh_per_second=4, transient=True) as live,
+        ):
             while True:
                 t, rep = await again_after_failover(args, lambda: _progress(redis, keys, tid))
                 progress.update(
@@ -312,27 +341,42 @@ async def _run(
                 live.update(Group(progress, _standings(rep)))
                 if "sprt" in rep:
                     pairs_seen = _print_pairs(console, rep, pairs_seen)
+                elif _piped(console, rep) and _progress_line(rep) != shown:
+                    shown = _progress_line(rep)
+                    console.print(shown)
                 if t.ended is not None or stop.is_set() or directing.done():
                     break
                 await asyncio.sleep(REFRESH_S)
     finally:
         stop.set()
-        for proc in workers:
-            if proc.returncode is None:
-                proc.terminate()
-            await proc.wait()
-        await directing
+        await _stop_processes(workers)
+        await finish([directing], 1.0)
         if running is not None:
             await running.stop()
     if t.ended is None:
-        console.print(f"stopped; resume with: agon tournament run --id {tid}")
+        if kept:
+            console.print(f"stopped; resume with: {_resume(args, tid)}")
+        else:
+            console.print("stopped; its private Redis goes with it (--redis-url keeps one)")
         return 130
     if args.json:
         print(json.dumps(rep))
     else:
-        console.print(f"ended: {t.ended.reason} {t.ended.detail}")
+        console.print(f"ended: {_ending(t, rep)}")
         console.print(_standings(rep), _crosstable(rep), _ratings(rep))
     return 0
+
+
+def _kept(args: argparse.Namespace) -> bool:
+    """Whether the Redis played on outlives this command (not a private one)."""
+    return bool(args.redis_url)
+
+
+def _resume(args: argparse.Namespace, tid: str) -> str:
+    """The command that picks tournament `tid` up again."""
+    if getattr(args, "tournament_command", "match") == "match":
+        return f"agon match {args.a} {args.b} --game {args.game} --sprt {args.sprt} --id {tid}"
+    return f"agon tournament run --id {tid}"
 
 
 async def _progress(redis: Client, keys: Keys, tid: str) -> tuple[Tournament, dict[str, Any]]:
@@ -362,6 +406,7 @@ async def _bot_processes(
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.DEVNULL,
+                preexec_fn=_die_with_parent,  # not left behind by an exit forced at once
             )
         )
     query = QueryClient(redis, keys)
@@ -374,6 +419,19 @@ async def _bot_processes(
     return procs
 
 
+async def _stop_processes(procs: list[asyncio.subprocess.Process], timeout_s: float = 2.0) -> None:
+    """SIGTERM each, then SIGKILL those still running after `timeout_s`; all reaped."""
+    for proc in procs:
+        if proc.returncode is None:
+            proc.terminate()
+    waiting = [asyncio.ensure_future(proc.wait()) for proc in procs]
+    if waiting and (await asyncio.wait(waiting, timeout=timeout_s))[1]:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+        await asyncio.wait(waiting, timeout=timeout_s)
+
+
 def _describe(t: Tournament) -> str:
     s = t.spec
     opts = "".join(f" {k}={v}" for k, v in s.options.items())
@@ -382,7 +440,8 @@ def _describe(t: Tournament) -> str:
 
 def _print_pairs(console: Console, rep: dict[str, Any], seen: int) -> int:
     """After every new complete pair of a match, a line: its LLR with the bounds, and for
-    the newest the running W-L-D, pentanomial, Elo ± error and LOS."""
+    the newest the pairs' pentanomial, then the W-L-D of the games ended so far, Elo ±
+    error and LOS."""
     sprt = rep["sprt"]
     llrs = sprt["trajectory"]
     bounds = f"[{sprt['lower']:.2f}, {sprt['upper']:.2f}]"
@@ -390,13 +449,45 @@ def _print_pairs(console: Console, rep: dict[str, Any], seen: int) -> int:
         line = f"pair {n + 1}: LLR {llrs[n]:.2f} {bounds}"
         pair = rep["pairs"][0] if rep["pairs"] else None
         if n == len(llrs) - 1 and pair is not None:
-            line += f", W-L-D {pair['wins']}-{pair['losses']}-{pair['draws']}"
-            line += f", penta {sprt['penta']}"
+            line += f"; {n + 1} pair{'s' * (n > 0)} penta {sprt['penta']}"
+            games = pair["wins"] + pair["losses"] + pair["draws"]
+            line += f"; {games} games W-L-D {pair['wins']}-{pair['losses']}-{pair['draws']}"
             if pair["elo"] is not None:
                 line += f", Elo {pair['elo']:+.1f} ± {pair['elo_error']:.1f}"
                 line += f", LOS {pair['los']:.1%}"
         console.print(line)
     return len(llrs)
+
+
+def _piped(console: Console, rep: dict[str, Any]) -> bool:
+    """Whether progress is printed line by line: not to a terminal, once games are paired."""
+    return not console.is_terminal and rep["games"]["scheduled"] > 0
+
+
+def _progress_line(rep: dict[str, Any]) -> str:
+    """The progress as one line, for output that is not a terminal (no bar there)."""
+    games = rep["games"]
+    points = ", ".join(f"{s['name']} {s['points']:g}" for s in rep["standings"])
+    return f"games {games['finished']}/{games['scheduled']} ended; points: {points}"
+
+
+def _ending(t: Tournament, rep: dict[str, Any]) -> str:
+    """How the tournament ended; for a match, which bot is the stronger."""
+    assert t.ended is not None
+    reason, detail = t.ended.reason, t.ended.detail
+    if t.spec.format != "match" or reason not in ("h0", "h1", "max-pairs"):
+        return f"{reason} {detail}"
+    a, b = t.spec.bots[0], t.spec.bots[1]
+    pair = rep["pairs"][0] if rep["pairs"] else {}
+    elo = ""
+    if pair.get("elo") is not None:
+        elo = f" (Elo {pair['elo']:+.1f} ± {pair['elo_error']:.1f})"
+    elo1 = rep["sprt"]["elo1"]
+    if reason == "h1":
+        return f"H1 accepted — {a} is stronger than {b}{elo}; {detail}"
+    if reason == "h0":
+        return f"H0 accepted — {a} is not {elo1:g} Elo stronger than {b}{elo}; {detail}"
+    return f"undecided — no hypothesis accepted{elo}; {detail}"
 
 
 # -- tables -------------------------------------------------------------------------------------
@@ -412,12 +503,19 @@ def _list_table(rows: list[dict[str, Any]]) -> Table:
 
 
 def _standings(rep: dict[str, Any]) -> Table:
-    table = Table("#", "bot", "points", "games", "W", "L", "D", "Buchholz", "SB", title="standings")
+    """The standings; the tie-breaks (Buchholz, Sonneborn-Berger) only with more than two
+    players, where they can break a tie."""
+    breaks = len(rep["spec"]["bots"]) > 2
+    columns = ["#", "bot", "points", "games", "W", "L", "D"]
+    table = Table(*columns, *(["Buchholz", "SB"] * breaks), title="standings")
     for s in rep["standings"]:
-        table.add_row(
+        row = [
             str(s["rank"]), s["name"], f"{s['points']:g}", str(s["games"]), str(s["wins"]),
-            str(s["losses"]), str(s["draws"]), f"{s['buchholz']:g}", f"{s['sonneborn_berger']:g}",
-        )  # fmt: skip
+            str(s["losses"]), str(s["draws"]),
+        ]  # fmt: skip
+        if breaks:
+            row += [f"{s['buchholz']:g}", f"{s['sonneborn_berger']:g}"]
+        table.add_row(*row)
     return table
 
 

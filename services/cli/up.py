@@ -15,7 +15,8 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 from bots import bot_names, load_bot
 from engine import game_names
@@ -26,9 +27,11 @@ from services.bus.connection import Client, redact
 from services.bus.consumer import consumer_name
 from services.bus.keys import Keys
 from services.bus.text import now_ms
+from services.cli import arena
 from services.cli.common import (
     add_ack_arguments,
     add_service_arguments,
+    finish,
     replicas_to_wait_for,
     with_redis,
 )
@@ -40,13 +43,16 @@ from services.gateway.serve import serve_until, serving
 from services.gateway.settings import REDIS_CONNECTIONS, GatewaySettings
 from services.tournament.store import TournamentStore
 
+#: How long a stopping gateway may take to remove its heartbeat (Redis may be away).
+BEAT_STOP_S = 1.0
+
 
 class _Up:
     """`agon up`: every service in one process until interrupted (Ctrl-C or SIGTERM)."""
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        add_service_arguments(parser)
+        add_service_arguments(parser, arena=False)
         parser.add_argument(
             "--bots", default=",".join(bot_names()), help="bots to serve, comma separated"
         )
@@ -86,16 +92,19 @@ class _Up:
                     beating = asyncio.create_task(
                         beat_as_gateway(redis, keys, settings, site, stop)
                     )
+                    recorded = arena.record(url, site)
+                    where = f"; recorded in {recorded}" if recorded else ""
                     print(
                         f"agon up: ready on {redact(url)}: engine x{args.engines}, projector,"
-                        f" dispatcher, bots {bots}; the gateway serves {site}",
+                        f" dispatcher, bots {bots}; the gateway serves {site}{where}",
                         flush=True,
                     )
                     try:
                         return await _up_until_stopped(args, services, redis, keys, bots, stop)
                     finally:
+                        arena.forget()
                         stop.set()
-                        await beating
+                        await finish([beating], BEAT_STOP_S)
             except OSError as exc:
                 await services.stop()
                 print(f"agon up: {exc}; pick another with --port", file=sys.stderr)
@@ -240,15 +249,7 @@ async def _up_until_stopped(
 ) -> int:
     try:
         if args.demo:
-            await _demo_tournament(args, redis, keys, bots)
-            specs: list[GameSpec] = [(n, {}) for n in game_names()]
-            demo_bots = [bots[0], bots[-1]]
-            started = time.perf_counter()
-            ids = await create_games(redis, keys, specs, 1, demo_bots)
-            await wait_until_ended(redis, keys, ids, 600.0, services.failed)
-            result = await collect(redis, keys, ids)
-            result.seconds = time.perf_counter() - started
-            print_selfplay(result, game_names(), demo_bots)
+            await until_stopped(_demo(args, services, redis, keys, bots), stop)
         if args.seconds:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), args.seconds)
@@ -259,12 +260,40 @@ async def _up_until_stopped(
     return 0
 
 
+async def _demo(
+    args: argparse.Namespace, services: ServiceSet, redis: Client, keys: Keys, bots: Sequence[str]
+) -> None:
+    """A demo tournament to watch, and one game of each game between the first and last bot."""
+    await _demo_tournament(args, redis, keys, bots)
+    specs: list[GameSpec] = [(n, {}) for n in game_names()]
+    demo_bots = [bots[0], bots[-1]]
+    started = time.perf_counter()
+    ids = await create_games(redis, keys, specs, 1, demo_bots)
+    await wait_until_ended(redis, keys, ids, 600.0, services.failed)
+    result = await collect(redis, keys, ids)
+    result.seconds = time.perf_counter() - started
+    print_selfplay(result, game_names(), demo_bots)
+
+
+async def until_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> None:
+    """Run `work` until it is done or `stop` is set (then it is cancelled)."""
+    working = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({working, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        working.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await working
+
+
 class _Gateway:
     """`agon gateway`: one gateway process (run as many as the load needs)."""
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        add_service_arguments(parser)
+        add_service_arguments(parser, private=False)
         add_listen_arguments(parser)
         parser.add_argument(
             "--allow-origin", action="append", default=[],
@@ -284,7 +313,7 @@ class _Gateway:
                 return 1
             finally:
                 stop.set()
-                await beating
+                await finish([beating], BEAT_STOP_S)
             return 0
 
         return with_redis(

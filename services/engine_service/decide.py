@@ -101,6 +101,12 @@ class Reject(Exception):
         self.principal = ""
 
 
+def stale(sent: int, head: int) -> str:
+    """A `stale_seq` refusal's words: the seq the command was sent for, and the one the log
+    expects (its head)."""
+    return f"sent for seq {sent}, but the log is at seq {head}: expected seq {head}"
+
+
 #: The principals that need no credentials: whoever may join an open seat, claim a
 #: timeout (only a deadline that has passed is accepted), create or import a game.
 JOINER, CLOCK, CREATOR, IMPORTER = "join", "clock", "create", "import"
@@ -436,7 +442,7 @@ class Rules:
             raise Reject("not_your_turn", f"game {cmd.game_id} has not started: seats are open")
         head = fold.seq
         if cmd.expected_seq != head:
-            raise Reject("stale_seq", f"expected seq {cmd.expected_seq} but the log is at {head}")
+            raise Reject("stale_seq", stale(cmd.expected_seq, head))
         state = rec.state
         to_move = state.seat_to_move  # the game is not over: `decide` checked
         if cmd.seat != to_move:
@@ -524,9 +530,7 @@ class Rules:
         if not rec.started:
             raise Reject("not_your_turn", f"game {cmd.game_id} has not started: no clock runs")
         if cmd.expected_seq != rec.head:
-            raise Reject(
-                "stale_seq", f"expected seq {cmd.expected_seq} but the log is at {rec.head}"
-            )
+            raise Reject("stale_seq", stale(cmd.expected_seq, rec.head))
         limit = rec.created.move_time_ms
         if limit == 0:
             raise Reject("illegal_move", f"game {cmd.game_id} has no per-move time limit")

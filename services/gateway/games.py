@@ -112,9 +112,12 @@ async def create_game(request: web.Request) -> web.Response:
         if seat_spec.kind == "bot":
             tokens.append(None)
             continue
-        name = seat_spec.name or f"player {seat}"
+        # An anonymous seat keeps no name: it is nobody's to be rated (people, named, are).
         seated = await submit(
-            app, SeatPlayer(command_id=new_command_id(), game_id=game_id, seat=seat, name=name)
+            app,
+            SeatPlayer(
+                command_id=new_command_id(), game_id=game_id, seat=seat, name=seat_spec.name
+            ),
         )
         if (error := refused(seated)) is not None:
             raise error

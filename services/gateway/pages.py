@@ -34,13 +34,16 @@ from schemas.api import (
     GameRulesBody,
 )
 from schemas.tournaments import TOURNAMENT_ID_RE
+from schemas.wording import words_module
 from services.gateway import appkeys
-from services.gateway.games import MAX_PLY
-from services.gateway.http import ApiError, int_param, respond
+from services.gateway.http import ApiError, respond
 
 WEB = Path(__file__).resolve().parent / "web"
 #: What the page is made of, by file extension.
 CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
+#: The module of result wordings, written from `schemas.wording`.
+WORDS = "words.js"
+_NO_CACHE = {"Cache-Control": "no-cache"}
 #: Registered bots offered to a seat, at most (the form is no directory).
 MAX_REGISTERED = 200
 
@@ -52,9 +55,7 @@ _LABEL_STEP = 0.78
 
 # -- the page ------------------------------------------------------------------------------
 def _shell() -> web.FileResponse:
-    return web.FileResponse(
-        WEB / "index.html", headers={"Content-Type": "text/html", "Cache-Control": "no-cache"}
-    )
+    return web.FileResponse(WEB / "index.html", headers={"Content-Type": "text/html", **_NO_CACHE})
 
 
 async def lobby_page(request: web.Request) -> web.FileResponse:
@@ -62,8 +63,9 @@ async def lobby_page(request: web.Request) -> web.FileResponse:
 
 
 async def game_page(request: web.Request) -> web.FileResponse:
-    int_param(request, "ply", 0, 0, MAX_PLY)  # a malformed ply is refused as the API does
-    return _shell()  # the page reads the game itself, and says so if there is none
+    """A board at any `?ply=`: the page shows a malformed or too high one as the last ply,
+    with a note, and reads the game itself (saying so if there is none)."""
+    return _shell()
 
 
 async def tournaments_page(request: web.Request) -> web.FileResponse:
@@ -75,14 +77,17 @@ async def tournaments_page(request: web.Request) -> web.FileResponse:
     return _shell()
 
 
-async def asset(request: web.Request) -> web.FileResponse:
-    """One file of `web/`; nothing outside it, nothing but the page's own kinds of file."""
+async def asset(request: web.Request) -> web.StreamResponse:
+    """One file of `web/`; nothing outside it, nothing but the page's own kinds of file.
+    `words.js` is written from `schemas.wording`, the words the command line uses too."""
     name = request.match_info["name"]
+    if name == WORDS:
+        return web.Response(text=words_module(), content_type="text/javascript", headers=_NO_CACHE)
     path = WEB / name
     kind = CONTENT_TYPES.get(path.suffix)
     if kind is None or "/" in name or name.startswith(".") or not path.is_file():
         raise ApiError("not_found", f"the page has no file {name!r}")
-    return web.FileResponse(path, headers={"Content-Type": kind, "Cache-Control": "no-cache"})
+    return web.FileResponse(path, headers={"Content-Type": kind, **_NO_CACHE})
 
 
 # -- boards --------------------------------------------------------------------------------

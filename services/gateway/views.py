@@ -9,11 +9,13 @@ The board is listed cell by cell from the engine's geometry: each cell's label a
 contents (the colour of its piece; Overflow's stack height and the house it belongs to),
 and per game what Ludii shows beside the board: Teeko's hands, and for Supply Chains and
 Supplier Sabotage every chain with its cells, surplus and warehouses, the deficit
-warehouses, and the number printed on each piece.
+warehouses, and the number printed on each piece. A game won by a shape (Teeko's line or
+square, Hexade's line, ring or triangle) names its cells once it has ended (`winning`).
 """
 
 from __future__ import annotations
 
+from engine.winning import winning_cells
 from schemas.codec import unpack_event
 from schemas.events import NO_RESULT_REASONS
 from schemas.views import BoardView, CellView, GameView
@@ -161,6 +163,8 @@ def board(game: GameFold) -> BoardView:
     if rules.name == TEEKO:
         markers = int(rules.options["markers"])
         out["hands"] = [markers - text.count(str(colour)) for colour in (1, 2)]
+    if state.is_terminal and (won := winning_cells(state)):
+        out["winning"] = won
     display = state.display()
     if display is not None:
         shown = display.to_dict()

@@ -154,6 +154,7 @@ def result_record(game: GameFold) -> str:
         game=created["game"],
         options=sorted(created["options"].items()),
         players=(first, second),
+        people=[s["seat"] for s in game.seats if s["kind"] == "human"] or None,
         winner=result["winner"] if result else 0,
         reason=result["reason"] if result else "",
         fault=result.get("fault", 0) if result else 0,
@@ -167,8 +168,8 @@ def result_record(game: GameFold) -> str:
 
 class Results:
     """Finished games' result records, for leaderboards and ratings (`results:<game>`, every
-    game with both seats named) and for tournaments (`tresults:<tournament>`); never an
-    imported game's (`imported`)."""
+    game with both seats named: an anonymous person's seat has no name, so no rating) and
+    for tournaments (`tresults:<tournament>`); never an imported game's (`imported`)."""
 
     name = "results"
     kind: Kind = "hash"

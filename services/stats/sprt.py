@@ -65,6 +65,10 @@ class StatsError(ValueError):
     """Counts or test parameters that the statistics cannot use; the message says why."""
 
 
+class OutOfReach(StatsError):
+    """Every result lies beyond both bounds' scores: the likelihood ratio has no value."""
+
+
 # -- the counts -------------------------------------------------------------------------------
 def _check_counts(counts: Sequence[int], what: str) -> None:
     for count in counts:
@@ -228,7 +232,7 @@ def _secular(pdf: Pdf) -> float:
     values = [a for a, _ in pdf]
     low_value, high_value = min(values), max(values)
     if not low_value < 0 < high_value:
-        raise StatsError("these bounds are out of reach of the results: choose closer ones")
+        raise OutOfReach("these bounds are out of reach of the results: choose closer ones")
     low, high = -1 / high_value, -1 / low_value
     for _ in range(2000):
         middle = (low + high) / 2
@@ -399,8 +403,13 @@ class Sprt:
         return math.log((1 - self.beta) / self.alpha)
 
     def status(self, counts: Counts) -> SprtStatus:
-        """The LLR of `counts`, the bounds, and the verdict."""
-        value = llr(counts, self.elo0, self.elo1, self.model)
+        """The LLR of `counts`, the bounds, and the verdict. When every result so far lies
+        beyond both bounds' scores (all wins against bounds as far apart as Elo 0 and 1000),
+        the likelihood ratio has no value yet: 0, and the test goes on."""
+        try:
+            value = llr(counts, self.elo0, self.elo1, self.model)
+        except OutOfReach:
+            value = 0.0
         verdict = Verdict.CONTINUE
         if value > self.upper_bound:
             verdict = Verdict.ACCEPT_H1

@@ -86,6 +86,8 @@ class GameResult:
     round: int = 0
     #: The seat whose fault the end was, as the log names it (0: unnamed).
     fault: int = 0
+    #: The seats people held (a named person's; an anonymous seat has no result).
+    people: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.winner not in (0, *_SEATS):
@@ -446,6 +448,8 @@ class RatingRow:
     volatility: float
     games: int
     provisional: bool
+    #: A person's line (a named human seat's), listed apart from the bots'.
+    person: bool = False
 
 
 #: The system `ratings` uses unless told otherwise: Glicko-2 with the module's defaults.
@@ -462,11 +466,13 @@ def ratings(
     Each leaderboard replays its games in (ended_ms, game_id) order, each game its own rating
     period (`Glicko2.game`). Rows are sorted by rating (descending), then name; deviations and
     provisional flags are as of `now_ms`, by default the end of the last game rated (of any
-    leaderboard, so that all are shown as of the same time).
+    leaderboard, so that all are shown as of the same time). A person's row (a name that
+    held a person's seat) says so: people are listed apart from the bots.
     """
     games = sorted(_scored(results), key=lambda result: (result.ended_ms, result.game_id))
     if not games:
         return {}
+    people = {result.players[seat - 1] for result in games for seat in result.people}
     now = games[-1].ended_ms if now_ms is None else now_ms
     boards: dict[tuple[str, Options], dict[str, Rating]] = {}
     for result in games:
@@ -491,6 +497,7 @@ def ratings(
                     live.volatility,
                     live.games,
                     system.provisional(live),
+                    name in people,
                 )
             )
         table[key] = sorted(rows, key=lambda row: (-row.rating, row.name))

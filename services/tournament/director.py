@@ -26,8 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import zlib
-from collections.abc import Sequence
 from typing import Any
 
 from schemas.codec import unpack
@@ -39,6 +37,7 @@ from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import TRANSIENT_ERRORS, Client
 from services.bus.consumer import consumer_name
 from services.bus.keys import Keys
+from services.bus.ownership import share
 from services.bus.presence import alive, beat, beating, processes
 from services.bus.secret import shared_secret
 from services.bus.text import now_ms
@@ -232,19 +231,6 @@ class Director:
         )
         await self.store.retire(t.id)
         return len(going)
-
-
-def share(tournament_ids: Sequence[str], directors: Sequence[str], me: str) -> list[str]:
-    """The tournaments `me` directs: those whose highest (director, tournament) hash is its.
-
-    Rendezvous hashing: when a director comes or goes, only its own share moves.
-    """
-    mine = []
-    for tid in tournament_ids:
-        owner = max(directors, key=lambda d: (zlib.crc32(f"{d}|{tid}".encode()), d))
-        if owner == me:
-            mine.append(tid)
-    return mine
 
 
 async def cancel(store: TournamentStore, tournament_id: str, why: str = "") -> Tournament:

@@ -56,6 +56,7 @@ def parse_record(data: bytes, pairs: dict[str, tuple[str, int]] | None = None) -
         pair=pair,
         round=rnd,
         fault=r.fault,
+        people=tuple(r.people or ()),
     )
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 import redis as redis_sync
@@ -21,21 +20,7 @@ from bench.fleet import Fleet
 from bench.load import GROUPS, print_load_table, run_load_bench
 from services.bus.embedded import EmbeddedRedis
 from services.cli import main as agon
-
-
-def processes_with(text: str) -> list[int]:
-    """The pids of running processes whose command line holds `text`."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if text in cmdline:
-            found.append(int(proc.name))
-    return found
+from tests.support.procs import processes_with
 
 
 def test_a_tiny_load_test_runs_end_to_end_with_sane_figures(

@@ -34,6 +34,7 @@ from bench.scale import (
     run_scale_bench,
 )
 from services.cli import main as agon
+from tests.support.procs import processes_with
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = Lab.probe()
@@ -41,21 +42,6 @@ needs_the_lab = pytest.mark.skipif(
     not (LAB.namespaces and LAB.cgroups), reason="; ".join(LAB.notes) or "no lab"
 )
 CPU = 0.3
-
-
-def processes_with(text: str) -> list[int]:
-    """The pids of running processes whose command line holds `text`."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if text in cmdline:
-            found.append(int(proc.name))
-    return found
 
 
 def assert_nothing_left() -> None:
@@ -95,20 +81,20 @@ def test_two_hosts_for_a_few_seconds_with_sane_figures_and_nothing_left(
 def test_sigterm_mid_run_leaves_nothing_behind() -> None:
     argv = [sys.executable, "-m", "services.cli", "bench", "scale", "--hosts", "2",
             "--cpu", str(CPU), "--seconds", "120"]  # fmt: skip
-    process = subprocess.Popen(
+    with subprocess.Popen(
         argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    assert process.stderr is not None
-    seen = []
-    deadline = time.monotonic() + 300
-    for line in process.stderr:
-        seen.append(line)
-        if "measuring" in line or time.monotonic() > deadline:
-            break
-    assert any("measuring" in line for line in seen), "".join(seen)
-    os.kill(process.pid, signal.SIGTERM)
-    process.stderr.read()
-    assert process.wait(timeout=120) != 0
+    ) as process:
+        assert process.stderr is not None
+        seen = []
+        deadline = time.monotonic() + 300
+        for line in process.stderr:
+            seen.append(line)
+            if "measuring" in line or time.monotonic() > deadline:
+                break
+        assert any("measuring" in line for line in seen), "".join(seen)
+        os.kill(process.pid, signal.SIGTERM)
+        process.stderr.read()
+        assert process.wait(timeout=120) != 0
     assert_nothing_left()
 
 

@@ -39,8 +39,8 @@ from bots import bot_names
 from schemas.api import decode_server_message
 from services.bus.embedded import find_redis_server, free_port
 from services.bus.keys import Keys
+from services.bus.ownership import share
 from services.cli import build_parser
-from services.tournament.director import share
 from services.tournament.store import TournamentStore
 from tests.services.test_operability import READY_S, STOP_S, Agon, is_ready
 

@@ -190,7 +190,11 @@ async def test_every_ply_of_supply_chains_shows_the_engines_surplus_display(
         if ply < total:
             assert "to move: seat " in out.stdout and "result:" not in out.stdout
         else:
-            assert re.search(r"^result: (seat \d .* wins|draw) \(natural: ", out.stdout, re.M)
+            assert re.search(
+                r"^result: (seat \d .* wins|draw) \((no placement left|both passed)\)",
+                out.stdout,
+                re.M,
+            )
         scores = state.scores()
         assert f"scores: X {scores[0]} · O {scores[1]}" in out.stdout
     # Without --ply (and no terminal): the end.

@@ -26,6 +26,7 @@ from services.bus.connection import connect
 from services.bus.embedded import free_port
 from services.bus.keys import WORKERS_GROUP, Keys
 from services.bus.reader import ensure_group
+from services.cli.common import WHICH_REDIS
 from services.cli.pipeline import ServiceSet, create_games, selfplay
 from tests.services.test_operability import READY_S, Agon, is_ready
 from tests.support.cluster import ClusterTarget
@@ -174,9 +175,7 @@ def test_status_without_a_redis_says_which() -> None:
         cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2
-    assert done.stderr.splitlines() == [
-        "agon status: which Redis? pass --redis-url or set REDIS_URL"
-    ]
+    assert done.stderr.splitlines() == [f"agon status: {WHICH_REDIS}"]
 
 
 async def test_status_on_a_cluster(cluster_url: ClusterTarget) -> None:

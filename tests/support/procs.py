@@ -10,6 +10,8 @@ block ends, SIGTERM first; the logs stay, for the test to read.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from bench.fleet import ROOT, Fleet, FleetError
 from bench.fleet import Service as Proc
 
@@ -62,3 +64,18 @@ class Processes:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def processes_with(text: str) -> list[int]:
+    """The pids of running processes whose command line holds `text`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(int(proc.name))
+    return found

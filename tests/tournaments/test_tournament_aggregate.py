@@ -157,6 +157,17 @@ def test_a_match_stops_when_its_sprt_accepts() -> None:
     assert len(t.rounds) <= 5
 
 
+def test_a_match_whose_results_are_beyond_both_bounds_plays_on_to_its_last_pair() -> None:
+    """Every game won against bounds as far apart as Elo 0 and 1000 leaves the likelihood
+    ratio undefined (`agon match greedy random --sprt 0,1000`): no verdict and no crash of
+    the director's pass; the match ends at its pair limit."""
+    t = create(spec("match", ["a", "b"], sprt=SprtSpec(elo0=0, elo1=1000), max_pairs=3))
+    end = play_out(t, lambda g: End(g.seats.index("a") + 1, "natural"))[-1]
+    assert isinstance(end, TournamentEnded) and end.reason == "max-pairs", end
+    status = t.sprt()
+    assert status is not None and status.verdict == "continue" and status.llr == 0.0
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     fmt=st.sampled_from(["round-robin", "swiss", "gauntlet"]),

@@ -79,6 +79,26 @@ async def shots(page: Page, name: str, ready: str) -> None:
     # Nothing but the tables' own boxes scrolls sideways at phone width.
     wide = await page.evaluate("document.documentElement.scrollWidth")
     assert wide <= PHONE["width"], f"{name}: the page is {wide} px wide on a phone"
+    # A box that scrolls says so (a shadow, and its caption), and keeps its row headings.
+    await page.wait_for_timeout(100)  # the boxes are measured after a layout
+    scrolling = await page.eval_on_selector_all(
+        ".table-wrap",
+        """ws => ws.filter(w => w.scrollWidth > w.clientWidth + 1).map(w => ({
+            marked: "scrolls" in w.dataset,
+            shadow: getComputedStyle(w).backgroundImage.includes("gradient"),
+            caption: getComputedStyle(w.querySelector("caption"), "::after").content,
+            sticky: [...w.querySelectorAll("tbody th[scope=row]")].every(
+                th => getComputedStyle(th).position === "sticky"),
+        }))""",
+    )
+    for box in scrolling:
+        assert box["marked"] and box["shadow"] and box["sticky"], (name, box)
+        assert "scroll sideways" in box["caption"], (name, box)
+    if scrolling:
+        first = page.locator(".table-wrap[data-scrolls]").first
+        await first.screenshot(path=SCREENSHOTS / f"{name}-phone-table.png")
+        await first.evaluate("w => { w.scrollLeft = w.scrollWidth; }")
+        await first.screenshot(path=SCREENSHOTS / f"{name}-phone-table-scrolled.png")
     await page.set_viewport_size(DESKTOP)
 
 

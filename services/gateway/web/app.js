@@ -55,8 +55,9 @@ function route() {
   const tournament = /^\/tournaments\/([A-Za-z0-9_-]{1,24})\/?$/.exec(path);
   let section = "/";
   if (game) {
+    // A number, or the text of a malformed ?ply= (shown at the last ply, with a note).
     const ply = new URLSearchParams(location.search).get("ply");
-    const wanted = ply !== null && /^\d+$/.test(ply) ? Number(ply) : null;
+    const wanted = ply !== null && /^\d{1,7}$/.test(ply) ? Number(ply) : ply;
     leave = showGame(main, game[1], wanted, announce);
     section = null;
   } else if (tournament) {

@@ -5,7 +5,8 @@
 // houses shaded, and for Supply Chains and Supplier Sabotage the surplus number on each
 // piece (`<text data-surplus>`), warehouses grey and deficit warehouses light red
 // (`data-warehouse="yes"|"deficit"`). Each cell has an inner ring for what the player
-// should see at once: the last move, the selected piece, keyboard focus.
+// should see at once: the last move, the selected piece, keyboard focus; the cells of the
+// shape that won the game (the view's `winning`) are `.win`.
 
 import { COLOUR_NAMES, svg } from "./ui.js";
 
@@ -76,9 +77,9 @@ export class BoardView {
   /**
    * Draw a view's board. `marks`: cell -> "place" | "remove" | "source" | "selected" |
    * "dest" (what a click does there), `last`: the cells of the last move, `mover`: the
-   * colour a placement would be.
+   * colour a placement would be, `winning`: the cells of the shape that won.
    */
-  update(board, { marks = new Map(), last = new Set(), mover = 0 } = {}) {
+  update(board, { marks = new Map(), last = new Set(), mover = 0, winning = new Set() } = {}) {
     const warehouses = new Set();
     for (const chain of board.chains || []) for (const w of chain.warehouses) warehouses.add(w);
     const deficit = new Set(Object.values(board.deficit_warehouses || {}).flat());
@@ -89,14 +90,15 @@ export class BoardView {
       let warehouse = warehouses.has(cell.label) ? "yes" : "";
       if (deficit.has(cell.label)) warehouse = "deficit";
       const isLast = last.has(cell.label);
-      const key = JSON.stringify([cell, mark, warehouse, isLast, mover]);
+      const won = winning.has(cell.label);
+      const key = JSON.stringify([cell, mark, warehouse, isLast, mover, won]);
       if (key === entry.key) continue; // unchanged: keep the element (and its focus) as it is
       entry.key = key;
-      this.drawCell(entry, cell, mark, warehouse, isLast, mover);
+      this.drawCell(entry, cell, mark, warehouse, isLast, mover, won);
     }
   }
 
-  drawCell(entry, cell, mark, warehouse, isLast, mover) {
+  drawCell(entry, cell, mark, warehouse, isLast, mover, won) {
     const { g, content } = entry;
     const at = entry.cell; // where: the geometry; `cell`: what the view has there
     const s = this.s;
@@ -109,6 +111,7 @@ export class BoardView {
     setData(g, "warehouse", warehouse || null);
     setData(g, "mark", mark || null);
     g.classList.toggle("last", isLast);
+    g.classList.toggle("win", won);
     content.replaceChildren();
     if (overflow && cell.height) {
       // a stack: up to two discs peeking out below the top one, and its height on top
@@ -130,7 +133,7 @@ export class BoardView {
     g.setAttribute("role", mark ? "button" : "img");
     if (mark) g.setAttribute("tabindex", "0");
     else g.removeAttribute("tabindex");
-    g.setAttribute("aria-label", describeCell(cell, warehouse, mark, isLast));
+    g.setAttribute("aria-label", describeCell(cell, warehouse, mark, isLast, won));
   }
 
   /** Move keyboard focus to a cell (after the first click of a two-click move). */
@@ -180,7 +183,7 @@ const ACTIONS = {
 };
 
 /** "C4, empty", "C4, blue warehouse, surplus 2", "C4, stack of 3, orange house". */
-export function describeCell(cell, warehouse, mark, isLast) {
+export function describeCell(cell, warehouse, mark, isLast, won = false) {
   const parts = [cell.label];
   if ("height" in cell) {
     parts.push(cell.height ? `stack of ${cell.height}` : "empty");
@@ -193,6 +196,7 @@ export function describeCell(cell, warehouse, mark, isLast) {
     parts.push("empty");
   }
   if (isLast) parts.push("last move");
+  if (won) parts.push("winning shape");
   if (mark) parts.push(ACTIONS[mark]);
   return parts.join(", ");
 }

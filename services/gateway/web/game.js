@@ -23,7 +23,7 @@ import {
   svg,
 } from "./ui.js";
 import { BoardView, prepare } from "./board.js";
-import { cellsOf, clickPlan, describeMove } from "./notation.js";
+import { cellsOf, clickPlan, describeMove, whyNot } from "./notation.js";
 
 const PREFETCH_AT_ONCE = 4;
 // Views per request (the server's `PLIES_PER_PAGE`).
@@ -88,13 +88,34 @@ class GamePage {
     if (this.closed) return;
     for (const ev of log) this.apply(ev, false);
     this.keepView(this.head);
-    if (this.wantedPly !== null && this.wantedPly < this.moves.length) this.shown = this.wantedPly;
     this.build();
+    this.startAt(this.wantedPly);
     document.addEventListener("keydown", this.onKey);
     this.render();
     this.connect();
     if (this.head.status === "ended" || this.shown !== null) this.prefetch();
     this.every(250, () => this.tick());
+  }
+
+  /** The ply the address asks for (a number, or the text of a malformed one): shown if the
+   * game has it; otherwise the last, with a note, and the address corrected. */
+  startAt(wanted) {
+    if (wanted === null) return;
+    const total = this.total;
+    if (typeof wanted === "number" && wanted < total) {
+      this.shown = wanted;
+      return;
+    }
+    if (wanted === total) return;
+    const what = typeof wanted === "number"
+      ? `There is no move ${wanted}`
+      : `“${wanted}” is not a move number`;
+    this.note(`${what}: showing the last position (move ${total}).`);
+    const url = new URL(location.href);
+    // A finished game's last ply is a place to come back to; a live game's is the newest.
+    if (this.head.status === "ended") url.searchParams.set("ply", String(total));
+    else url.searchParams.delete("ply");
+    history.replaceState(history.state, "", url);
   }
 
   close() {
@@ -203,6 +224,9 @@ class GamePage {
   takeHead(view) {
     if (!this.head || view.seq >= this.head.seq) {
       const ended = view.status === "ended" && this.head?.status !== "ended";
+      if (this.head && view.ply !== this.head.ply && this.noteEl?.dataset.kind === "why") {
+        this.note(""); // a refusal's reason is of the position it was clicked in
+      }
       this.head = view;
       this.keepView(view);
       if (ended) {
@@ -326,6 +350,8 @@ class GamePage {
     };
     this.actionsEl = h("div", { class: "actions", id: "actions" }, ...Object.values(this.buttons));
     this.messageEl = h("p", { class: "message", id: "message", role: "alert" });
+    // Why a click did nothing, or what became of the address's ?ply=: near the board.
+    this.noteEl = h("p", { class: "board-note", id: "board-note", role: "status" });
     this.movesEl = h("ol", { class: "moves", id: "moves", "aria-label": "Moves" });
     const board = this.board ? this.board.el : h("p", {}, head.error || "No board");
     this.section = h("section", { class: "game", "data-game": head.game, "data-id": this.id },
@@ -335,6 +361,7 @@ class GamePage {
           h("span", { class: "opts" }, optionsText(head.options)),
           this.liveEl),
         h("div", { class: "board-wrap" }, board),
+        this.noteEl,
         h("div", { class: "replay-row" }, this.replayEl, this.plyText, this.liveButton)),
       h("aside", { class: "side" },
         this.statusEl,
@@ -350,9 +377,15 @@ class GamePage {
     });
   }
 
+  /** The moves the page lists: those of the log, but never beyond the newest view's ply
+   * (the board shows that view; its move list must not run ahead of it). */
+  get total() {
+    return Math.min(this.moves.length, this.head.ply);
+  }
+
   /** The ply shown, as a number. */
   get plyShown() {
-    return this.shown ?? this.moves.length;
+    return this.shown ?? this.total;
   }
 
   /** The view to draw: the newest, or the one at the shown ply (null while it loads). */
@@ -363,7 +396,7 @@ class GamePage {
 
   render() {
     if (!this.movesEl) return;
-    const total = this.moves.length;
+    const total = this.total;
     const ply = this.plyShown;
     this.slider.max = String(total);
     this.slider.value = String(ply);
@@ -371,7 +404,8 @@ class GamePage {
     this.slider.setAttribute("aria-valuetext", where);
     this.plyText.textContent = `${ply} / ${total}`;
     this.liveButton.hidden = this.shown === null || this.head.status === "ended";
-    this.renderMoves(ply);
+    this.liveEl.hidden = this.shown !== null || this.head.status === "ended";
+    this.renderMoves(total, ply);
     const view = this.view;
     const wrap = this.section.querySelector(".board-wrap");
     wrap.classList.toggle("loading", !view);
@@ -380,6 +414,7 @@ class GamePage {
       return;
     }
     this.section.dataset.seq = String(view.seq);
+    this.section.dataset.ply = String(view.ply);
     this.section.dataset.status = view.status;
     const live = this.shown === null;
     const plan = this.canPlay() ? clickPlan(view.legal_moves, this.geometry) : null;
@@ -388,7 +423,8 @@ class GamePage {
     if (this.board) {
       const last = new Set(view.last_move ? cellsOf(view.last_move.move, this.geometry) : []);
       const mover = this.moverColour(view);
-      this.board.update(view.board, { marks: this.marks(plan), last, mover });
+      const winning = new Set(view.board.winning || []);
+      this.board.update(view.board, { marks: this.marks(plan), last, mover, winning });
     }
     this.renderStatus(view, live);
     this.renderPlayers(view, live);
@@ -436,7 +472,7 @@ class GamePage {
     let text = "";
     if (!live) {
       const who = mover ? `, ${colour.toLowerCase()} to move` : "";
-      const total = this.moves.length;
+      const total = this.total;
       text = (this.shown ? `After move ${this.shown} of ${total}` : "Start of the game") + who;
     } else if (head.status === "ended") {
       text = resultText(head.result, head.seats);
@@ -471,7 +507,9 @@ class GamePage {
           h("span", { class: `hand-dots c${c}`, "aria-hidden": "true" }, "●".repeat(hand)),
           ` ${hand} in hand`);
         const clock = toMove && live && view.deadline
-          ? h("span", { class: "clock", "data-deadline": view.deadline })
+          ? h("span", { class: "clock-box" },
+            h("small", { class: "label" }, "time left"),
+            h("span", { class: "clock", "data-deadline": view.deadline }))
           : null;
         return h("div", {
             class: toMove ? "player to-move" : "player", "data-seat": seat.seat, "data-colour": c,
@@ -484,7 +522,8 @@ class GamePage {
             inHand),
           score === null
             ? null
-            : h("span", { class: "score", "aria-label": `score ${score}` }, String(score)),
+            : h("span", { class: "score", "data-score": score },
+              h("small", { class: "label" }, "score"), String(score)),
           clock);
       }),
     );
@@ -502,11 +541,10 @@ class GamePage {
     cancel.hidden = !this.selected;
   }
 
-  renderMoves(ply) {
+  renderMoves(count, ply) {
     const list = this.movesEl;
-    const known = list.children.length;
-    if (known > this.moves.length) list.replaceChildren();
-    for (let i = list.children.length; i < this.moves.length; i++) {
+    if (list.children.length > count) list.replaceChildren();
+    for (let i = list.children.length; i < count; i++) {
       const m = this.moves[i];
       list.append(h("li", {},
         h("button", { type: "button", "data-ply": i + 1, "data-move": m?.move ?? "" },
@@ -514,7 +552,7 @@ class GamePage {
           h("span", { class: `dot c${m?.colour}`, "aria-hidden": "true" }),
           h("span", { class: "text" }, m?.move ?? "…"))));
     }
-    const longest = Math.max(3, ...this.moves.map((m) => m?.move.length || 0));
+    const longest = Math.max(3, ...this.moves.slice(0, count).map((m) => m?.move.length || 0));
     list.style.setProperty("--move-chars", String(longest));
     for (const b of list.querySelectorAll("[aria-current]")) b.removeAttribute("aria-current");
     const current = list.children[ply - 1]?.firstChild;
@@ -538,9 +576,10 @@ class GamePage {
 
   // -- replay ---------------------------------------------------------------------------------
   go(ply) {
-    const total = this.moves.length;
+    const total = this.total;
     const target = ply === null || ply >= total ? null : Math.max(0, ply);
     if (target === this.shown) return;
+    this.note("");
     this.shown = target;
     this.selected = null;
     const url = new URL(location.href);
@@ -552,7 +591,7 @@ class GamePage {
   }
 
   step(delta) {
-    this.go(Math.min(this.moves.length, Math.max(0, this.plyShown + delta)));
+    this.go(Math.min(this.total, Math.max(0, this.plyShown + delta)));
   }
 
   key(e) {
@@ -572,19 +611,53 @@ class GamePage {
   // -- play -----------------------------------------------------------------------------------
   click(label) {
     const plan = this.plan;
-    if (!plan || !this.canPlay()) return;
-    if (this.selected) {
-      const targets = plan.sources.get(this.selected);
-      if (targets?.has(label)) return this.send(targets.get(label));
-      if (label === this.selected) return this.unselect();
+    if (plan && this.canPlay()) {
+      if (this.selected) {
+        const targets = plan.sources.get(this.selected);
+        if (targets?.has(label)) return this.send(targets.get(label));
+        if (label === this.selected) return this.unselect();
+      }
+      if (plan.direct.has(label)) return this.send(plan.direct.get(label).move);
+      if (plan.sources.has(label)) {
+        this.note("");
+        this.selected = label;
+        this.render();
+        const first = plan.sources.get(label).keys().next().value;
+        this.board.focus(first);
+        this.announce(`${label} selected: choose where to move`);
+        return;
+      }
     }
-    if (plan.direct.has(label)) return this.send(plan.direct.get(label).move);
-    if (plan.sources.has(label)) {
-      this.selected = label;
-      this.render();
-      const first = plan.sources.get(label).keys().next().value;
-      this.board.focus(first);
-      this.announce(`${label} selected: choose where to move`);
+    this.note(`${label}: ${this.whyNot(label)}`, "why");
+  }
+
+  /** Why a click on a cell plays nothing: whose turn it is, then the cell and the rules. */
+  whyNot(label) {
+    const head = this.head;
+    if (this.shown !== null) return "an earlier position: go to the last one (End) to play";
+    if (head.status === "ended") return "the game is over";
+    if (head.status === "waiting") return "the game has not started: a seat is open";
+    const held = this.held();
+    if (!Object.keys(held).length) return "you are watching: you hold no seat here";
+    if (!held[head.to_move]) {
+      const mover = head.seats.find((s) => s.seat === head.to_move);
+      return mover?.kind === "bot" ? `not your turn: ${mover.name} is thinking` : "not your turn";
+    }
+    if (!this.plan || !this.canPlay()) return "not your turn yet: your move is on its way";
+    return whyNot(head, this.plan, label, this.selected, this.moverColour(head));
+  }
+
+  /** The line under the board: `kind` "why" (a click's refusal) or "ply" (the address). The
+   * same words again are said again (a status region speaks only what changed). */
+  note(text, kind = "ply") {
+    const el = this.noteEl;
+    if (!el) return;
+    el.dataset.kind = kind;
+    if (el.textContent === text && text) {
+      el.textContent = "";
+      this.later(60, () => { el.textContent = text; });
+    } else {
+      el.textContent = text;
     }
   }
 
@@ -603,6 +676,7 @@ class GamePage {
     this.sending = true;
     this.selected = null;
     this.messageEl.textContent = "";
+    this.note("");
     this.render();
     try {
       const body = { move, seq: head.seq, token };

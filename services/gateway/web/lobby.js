@@ -1,7 +1,9 @@
 // The lobby: the games (live and finished, refreshed every few seconds, filtered by game
 // and status) and the form for a new game: every game and option of RULES.md §8 with its
-// default first, each seat "you" or a bot, and the time per move. Creating a game keeps
-// the tokens of "your" seats in this browser and opens the board.
+// default first, each seat "you" or a bot, the time per move, and your name (kept in this
+// browser): "your" seats are created under it and rated apart from the bots; without one
+// they are anonymous and unrated. Creating a game keeps the tokens of "your" seats in
+// this browser and opens the board.
 
 import { api, catalogue, tokens } from "./api.js";
 import {
@@ -18,6 +20,8 @@ const REFRESH_MS = 3000;
 const PAGE = 50;
 const MAX_PAGE = 200;
 const STATUSES = ["playing", "waiting", "ended"];
+const NAME = "agon.name";
+const NAME_MAX = 64; // the server's PlayerName
 
 export function showLobby(main, navigate) {
   const lobby = new Lobby(main, navigate);
@@ -176,7 +180,15 @@ class Lobby {
       placeholder: "no clock", inputmode: "numeric",
     });
     this.message = h("p", { class: "message", role: "alert" });
+    this.nameInput = h("input", {
+      type: "text", name: "name", id: "your-name", maxlength: String(NAME_MAX),
+      autocomplete: "nickname", placeholder: "anonymous", value: storedName(),
+      "aria-describedby": "your-name-hint",
+    });
     this.form.replaceChildren(
+      h("label", {}, "Your name", this.nameInput),
+      h("p", { class: "hint", id: "your-name-hint" },
+        "Your seats play under it and are rated; without a name they are anonymous and unrated."),
       h("label", {}, "Game", this.gameSelect),
       this.optionsEl,
       h("fieldset", { class: "seats" }, h("legend", {}, "Seats"), this.seat(1), this.seat(2)),
@@ -222,9 +234,18 @@ class Lobby {
     for (const select of this.optionsEl.querySelectorAll("select[data-option]")) {
       options[select.dataset.option] = select.value;
     }
+    const name = this.nameInput.value.trim();
+    // The server refuses a bot's name too (in any case, reserved ones besides): said at once.
+    const bot = this.catalogue.bots.find((b) => b.name.toLowerCase() === name.toLowerCase());
+    if (bot) {
+      this.message.textContent = `${bot.name} is a bot's name; a person plays under another`;
+      this.nameInput.focus();
+      return;
+    }
+    localStorage.setItem(NAME, name);
     const seats = [1, 2].map((n) => {
       const bot = this.form.elements[`seat${n}`].value;
-      return bot ? { bot } : { human: {} };
+      return bot ? { bot } : { human: name ? { name } : {} };
     });
     const body = { game: this.gameSelect.value, options, seats };
     if (this.moveTime.value) body.move_time = Number(this.moveTime.value);
@@ -239,5 +260,14 @@ class Lobby {
       this.message.textContent = `${err.message} (${err.code})`;
       start.disabled = false;
     }
+  }
+}
+
+/** The name this browser plays under ("" anonymous). */
+function storedName() {
+  try {
+    return localStorage.getItem(NAME) || "";
+  } catch {
+    return "";
   }
 }

@@ -96,3 +96,34 @@ export function describeMove(move) {
       return `plays ${move}`;
   }
 }
+
+/**
+ * Why a click on `label` plays nothing when the seat may move: "occupied", the rule of the
+ * game that forbids the cell where the view shows it (a removal comes first, a placement
+ * would leave its chain in deficit, Supplier Sabotage's banned site, a marker with nowhere
+ * to step), else "no legal move there". `plan` is `clickPlan` of the view's legal moves,
+ * `selected` the first cell of a two-click move, `mover` the colour to move.
+ */
+export function whyNot(view, plan, label, selected, mover) {
+  const cell = view.board.cells.find((c) => c.label === label);
+  if (!cell) return "no legal move there";
+  const deficit = view.board.deficit_warehouses || {};
+  const removing = [...plan.direct.values()].some((d) => d.kind === "remove");
+  if (removing) {
+    const theirs = deficit[String(3 - mover)] || [];
+    if ((deficit[String(mover)] || []).length && theirs.includes(label)) {
+      return "remove your own deficit warehouses first";
+    }
+    return "a deficit warehouse must be removed first (the ones marked ✕)";
+  }
+  if (selected) return `${selected} cannot move there`;
+  if ("height" in cell) return cell.height ? "no legal sowing from this stack" : "empty: choose a stack";
+  if (plan.sources.size) {
+    if (!cell.piece) return "choose one of your markers first";
+    return cell.piece === mover ? "this marker has no empty square to step to" : "not your marker";
+  }
+  if (cell.piece) return "occupied";
+  if (view.game === "supply-chains") return "would leave your chain in deficit";
+  if (view.game === "supplier-sabotage") return "not where you last removed your own warehouse";
+  return "no legal move there";
+}

@@ -126,8 +126,10 @@ const overflow = new ResizeObserver((entries) => {
       target.setAttribute("tabindex", "0");
       target.setAttribute("role", "region");
       target.setAttribute("aria-labelledby", target.dataset.caption);
+      target.dataset.scrolls = ""; // CSS: a shadow where more is, the caption says so
     } else {
       for (const name of ["tabindex", "role", "aria-labelledby"]) target.removeAttribute(name);
+      delete target.dataset.scrolls;
     }
     target.style.setProperty("--box-width", `${target.clientWidth}px`);
   }
@@ -157,8 +159,9 @@ const PROVISIONAL = () =>
     h("span", { "aria-hidden": "true" }, "?"),
     h("span", { class: "sr-only" }, " (provisional)"));
 
-/** The rows of a Glicko-2 board: rank, name, rating ± deviation (? provisional), games. */
-function ratingTable(board, id, caption) {
+/** The rows of a Glicko-2 board: rank, name, rating ± deviation (? provisional), games.
+ * `who` heads the names' column: the bots, or the people (named human seats) apart. */
+function ratingTable(board, id, caption, who = "Bot") {
   const rows = board.rows.map((r, i) =>
     h("tr", { "data-bot": r.name, "data-provisional": String(r.provisional) },
       num(i + 1),
@@ -169,7 +172,7 @@ function ratingTable(board, id, caption) {
         h("span", { class: "pm" }, ` ± ${Math.round(r.deviation)}`)),
       num(r.games)));
   const deviation = "the rating's deviation: within twice it of the rating, 95% sure";
-  const head = ["#", "Bot",
+  const head = ["#", who,
     h("th", { scope: "col" }, "Rating ", h("abbr", { title: deviation }, "±")),
     "Games"];
   const note = board.rows.some((r) => r.provisional)
@@ -763,7 +766,9 @@ class Leaderboards {
           h("h1", {}, "Leaderboards"),
           h("div", { class: "filters" }, h("label", {}, "Game ", this.select))),
         h("p", { class: "hint" },
-          "Glicko-2 ratings from every finished game between two named players, per option set."),
+          "Glicko-2 ratings from every finished game between two named players, per option set; "
+          + "people who played under a name are listed apart from the bots (anonymous seats "
+          + "are not rated)."),
         this.boards));
     let cat;
     try {
@@ -821,8 +826,15 @@ class Leaderboards {
         h("p", { class: "empty" }, `No rated games of ${gameTitle(got.game)} yet.`));
       return;
     }
-    this.boards.replaceChildren(...got.boards.map((b, i) =>
-      h("div", { class: "board-table", "data-options": JSON.stringify(b.options) },
-        ratingTable(b, i ? `leaderboard-${i}` : "leaderboard", boardCaption(b)))));
+    this.boards.replaceChildren(...got.boards.map((b, i) => {
+      const id = i ? `leaderboard-${i}` : "leaderboard";
+      const bots = { ...b, rows: b.rows.filter((r) => !r.person) };
+      const people = { ...b, rows: b.rows.filter((r) => r.person) };
+      return h("div", { class: "board-table", "data-options": JSON.stringify(b.options) },
+        ratingTable(bots, id, boardCaption(b)),
+        people.rows.length
+          ? ratingTable(people, `${id}-people`, `${boardCaption(b)} · people`, "Person")
+          : null);
+    }));
   }
 }

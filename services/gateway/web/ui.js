@@ -1,5 +1,12 @@
 // What every view of the page shares: the element helper, and the words for colours,
-// seats, options and results.
+// seats, options and results (how a game ended: `words.js`, which the gateway writes from
+// the table the command line words results with, schemas/wording.py).
+
+import { NO_RESULT as NO_RESULT_LIST, REASONS, RULES } from "./words.js";
+
+export { REASONS };
+// Ends with no result: neither a win nor a draw (the server's NO_RESULT_REASONS).
+export const NO_RESULT = new Set(NO_RESULT_LIST);
 
 export const COLOUR_NAMES = { 1: "blue", 2: "orange" };
 
@@ -18,35 +25,9 @@ export function optionsText(options) {
 }
 
 export function seatName(seat, held) {
-  const who = seat.kind === "bot" ? `${seat.name} (bot)` : seat.name || `player ${seat.seat}`;
+  const who = seat.kind === "bot" ? `${seat.name} (bot)` : seat.name || "anonymous";
   return held ? `${who} — you` : who;
 }
-
-// How a game ended: GameEnded's reason (a closed set; a natural end needs no words).
-export const REASONS = {
-  natural: "",
-  resignation: "by resignation",
-  time_forfeit: "on time",
-  illegal_move: "illegal move",
-  no_reply: "no reply",
-  disconnect: "disconnect",
-  abort: "aborted",
-  aborted: "aborted by the platform",
-  interrupted: "interrupted",
-};
-// Ends with no result: neither a win nor a draw (the server's NO_RESULT_REASONS).
-export const NO_RESULT = new Set(["abort", "aborted", "interrupted"]);
-// For a natural end, the engine's rule.
-const RULES = {
-  "no-moves": "no placement left",
-  "all-passed": "both passed",
-  "house-emptied": "a house emptied",
-  line: "a line",
-  square: "a square",
-  ring: "a ring of six",
-  triangle: "a triangle",
-  "move-limit": "move limit",
-};
 
 function endingText(result) {
   if (result.reason === "natural") return RULES[result.detail] || result.detail || "";
