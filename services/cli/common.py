@@ -317,9 +317,16 @@ def stop_on_signals() -> asyncio.Event:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to tell it
             loop.call_soon_threadsafe(stop.set)
 
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, on_signal)
+    if _main_thread():
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, on_signal)
     return stop
+
+
+def _main_thread() -> bool:
+    """Whether this is the main thread: only it may set signal handlers (a command run in
+    another thread, by a test or a caller, leaves the signals to its process)."""
+    return threading.current_thread() is threading.main_thread()
 
 
 def force_exit(why: str) -> None:
@@ -408,7 +415,7 @@ def with_redis(
                 print(f"using a private redis-server at {url}", file=sys.stderr)
             status = _run(main(url))
     finally:
-        if not SIGNALLED.is_set():  # else the process is ending: Ctrl-C again forces it
+        if not SIGNALLED.is_set() and _main_thread():  # else Ctrl-C again forces the end
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
     if SIGNALLED.is_set() and _threads_working():

@@ -11,6 +11,7 @@ import argparse
 import random
 
 from engine import Game, game_names
+from schemas.wording import ending
 from services.cli.options import UsageError, game_options_or_usage, parse_options, positive_int
 
 
@@ -58,5 +59,5 @@ def _play(game: Game, seed: int, *, quiet: bool) -> None:
     if quiet:
         print(state.render())
     verdict = "draw" if outcome.winner == 0 else f"player {outcome.winner} wins"
-    print(f"result: {verdict} by {outcome.reason}; scores {outcome.scores}")
+    print(f"result: {verdict} ({ending('natural', outcome.reason)}); scores {outcome.scores}")
     print(f"{state.ply} plies\n")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from schemas.wording import RULES
 from services import cli
 from services.cli.options import (
     UsageError,
@@ -332,3 +333,9 @@ def test_cli_missing_file_of_its_own_is_a_bug(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("raiser")
 def test_cli_interrupt() -> None:
     assert cli.main(["raiser", "x", "--raise", "interrupt"]) == 130
+
+
+def test_play_words_the_end_as_the_page_does() -> None:
+    proc = agon("play", "--game", "teeko", "--quiet")
+    result = [line for line in proc.stdout.splitlines() if line.startswith("result: ")]
+    assert result and any(f"({words})" in result[0] for words in RULES.values()), result

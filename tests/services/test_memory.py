@@ -299,6 +299,7 @@ def key_kind(keys: Keys, name: str, game_ids: Sequence[str]) -> str | None:
             keys.dead_letter(p): "dead letters",
             keys.games(p): "games registry",
             keys.projector_seen(p): "projector seen",
+            **{keys.lease(p, kind): "lease" for kind in ("engine", "projector", "dispatcher")},
             keys.index_time(p): "index",
             keys.bot_results(p, BOT): "bot results",
             keys.results(p, "teeko"): "results",
