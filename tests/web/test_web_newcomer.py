@@ -193,6 +193,12 @@ async def test_a_bad_ply_shows_the_last_ply_with_a_note(
         assert await shown_ply(page) == total
         assert page.url.endswith(f"?ply={total}"), page.url  # corrected in the address
     await shots(page, "bad-ply")
+    # A crafted link cannot make the page say what it likes: the text is cut short.
+    await open_game(
+        page, site, game["id"], "?ply=Your%20seat%20was%20revoked%2C%20log%20in%20at%20evil"
+    )
+    said = await note(page)
+    assert "revoked" not in said and "…” is not a move number" in said, said
     # A good one stays as it is.
     await open_game(page, site, game["id"], "?ply=2")
     assert await shown_ply(page) == 2 and page.url.endswith("?ply=2")

@@ -109,7 +109,7 @@ class GamePage {
     if (wanted === total) return;
     const what = typeof wanted === "number"
       ? `There is no move ${wanted}`
-      : `“${wanted}” is not a move number`;
+      : `“${wanted.slice(0, 12)}${wanted.length > 12 ? "…" : ""}” is not a move number`;
     this.note(`${what}: showing the last position (move ${total}).`);
     const url = new URL(location.href);
     // A finished game's last ply is a place to come back to; a live game's is the newest.
