@@ -166,6 +166,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="scale: one more run at the largest host count that kills a host mid-run",
     )
+    parser.add_argument(
+        "--keep-logs",
+        action="store_true",
+        help="scale: run the services with -v and keep every log (Redis's too)",
+    )
     parser.add_argument("--engines", default="1,2,4", help="load: engine processes, one run each")
     parser.add_argument("--gateways", default="1,2", help="load: gateways, one run each, or none")
     parser.add_argument(
@@ -255,7 +260,7 @@ def run(args: argparse.Namespace) -> int:
 
         results = run_scale_bench(
             args.hosts, args.cpu, args.seconds, args.kill_host,
-            args.games if args.games is not None else 32,
+            args.games if args.games is not None else 32, keep_logs=args.keep_logs,
         )  # fmt: skip
         print_scale_table(results)
     elif args.which == "clocks":

@@ -122,7 +122,9 @@ class Fleet:
             if "--port" not in args:
                 args = (*args, "--host", "127.0.0.1", "--port", str(free_port()))
             port = int(args[args.index("--port") + 1])
-        argv = [sys.executable, "-m", module, kind, "--redis-url", self.url, *self.options]
+        # -v is the CLI's: another module (`bench.gateway`) takes no such option.
+        options = [o for o in self.options if module == "services.cli" or o != "-v"]
+        argv = [sys.executable, "-m", module, kind, "--redis-url", self.url, *options]
         with log.open("wb") as out:
             process = subprocess.Popen(
                 [*argv, *args],

@@ -5,7 +5,7 @@ A host is a Linux network namespace (`agon-h<i>`, address 10.77.0.<i+1>/24 on a 
 the bridge `agon-br0` in the root namespace, loopback up) whose processes sit in a cgroup v1
 (`/sys/fs/cgroup/cpu/agon-scale/h<i>`, `cpu.cfs_quota_us` = `--cpu` x `cpu.cfs_period_us`;
 the same group under `cpuacct` counts its CPU). Each host runs a Redis Cluster master (its
-replica on the next host; with one host both on it; cluster-node-timeout 1 s and no full
+replica on the next host; with one host both on it; cluster-node-timeout 0.5 s and no full
 coverage required, so survivors go on serving while a master fails over), an engine, a
 projector, a dispatcher, a `random` bot worker and a gateway (`bench.gateway`'s, whose
 quotas let one address create every game), all as `bench.fleet` starts them, sharing
@@ -108,7 +108,7 @@ DEFAULT_CPU = 0.2
 BOT_GAMES_PER_HOST = 32
 PEOPLE_GAMES_PER_HOST = 4
 PEOPLE_MOVES_PER_HOST_S = 10.0
-NODE_TIMEOUT_MS = 1000
+NODE_TIMEOUT_MS = 500
 #: Options of every Redis node beyond `bench.cluster.node_args`: survivors serve their slots
 #: while a master fails over, any replica may take over however long it was cut off, and
 #: the other hosts may connect (the bridge is private; protected mode admits loopback only).
@@ -391,7 +391,13 @@ class Testbed:
     was made, whatever `start` got to."""
 
     def __init__(
-        self, lab: Lab, count: int, cpu: float, replicas: int, say: Callable[[str], None]
+        self,
+        lab: Lab,
+        count: int,
+        cpu: float,
+        replicas: int,
+        say: Callable[[str], None],
+        keep_logs: bool = False,
     ) -> None:
         self.lab = lab
         self.count = count
@@ -410,7 +416,8 @@ class Testbed:
             )
             for i in range(count)
         ]
-        self.keep_logs = False
+        #: the services run with -v, and every log stays (`--keep-logs`; also when one failed)
+        self.keep_logs = keep_logs
 
     def __enter__(self) -> Testbed:
         return self
@@ -518,7 +525,7 @@ class Testbed:
         for host in self.hosts:
             host.fleet = fleet = Fleet(
                 host.url, PREFIX, env={"AGON_SECRET": self.secret}, name=f"scale-{host.name}",
-                ready_timeout_s=READY_TIMEOUT_S, stop_timeout_s=5.0,
+                ready_timeout_s=READY_TIMEOUT_S, stop_timeout_s=5.0, verbose=self.keep_logs,
             )  # fmt: skip
             port = free_port()
             host.gateway = f"http://{host.address}:{port}"
@@ -626,7 +633,7 @@ class Testbed:
                 if host.fleet is not None:
                     errors = host.fleet.errors()
                     self.keep_logs = self.keep_logs or bool(errors)
-                    host.fleet.close(keep=failed)
+                    host.fleet.close(keep=failed or self.keep_logs)
             for host in self.hosts:
                 for node in host.nodes:
                     if node.process is not None and node.running:
@@ -1055,6 +1062,7 @@ class Run:
             "resumed_dead_master_s": worst(playing & on_dead),
             "resumed_survivors_s": worst(playing - on_dead),
             "partitions_not_resumed": sorted(playing - set(resumed)),
+            "resumed_by_partition_s": {p: round(resumed[p], 2) for p in sorted(resumed)},
         }
         self.say(
             f"{bed.label}: slots served again after {served_s} s, play resumed on every"
@@ -1097,6 +1105,7 @@ async def audit(redis: Client, keys: Keys, load: Load, tracker: Tracker) -> dict
     games = sorted(set(load.created) | {g for g, _ in seen})
     logged: dict[tuple[str, int], dict[str, Any]] = {}
     gaps = doubled = unended = missing = 0
+    open_ids: list[str] = []
     for lo in range(0, len(games), 200):
         chunk = games[lo : lo + 200]
         pipe = redis.pipeline(transaction=False)
@@ -1110,7 +1119,9 @@ async def audit(redis: Client, keys: Keys, load: Load, tracker: Tracker) -> dict
             gaps += [s for s, _ in events] != list(range(1, len(events) + 1))
             plies = Counter(ev["ply"] for _, ev in events if ev["type"] == "move_played")
             doubled += sum(c - 1 for c in plies.values())
-            unended += events[-1][1]["type"] != "game_ended"
+            if events[-1][1]["type"] != "game_ended":
+                unended += 1
+                open_ids.append(game_id)
             logged.update(((game_id, s), ev) for s, ev in events)
 
     def moved(game_id: str, seq: int, move: str) -> bool:
@@ -1131,6 +1142,7 @@ async def audit(redis: Client, keys: Keys, load: Load, tracker: Tracker) -> dict
         "logs_with_gaps": gaps,
         "logs_missing": missing,
         "games_not_ended": unended,
+        "games_not_ended_ids": open_ids[:10],
         "every_game_ended": unended == 0 and missing == 0,
     }
 
@@ -1171,6 +1183,7 @@ def run_scale_bench(
     kill_host: bool = False,
     games: int = BOT_GAMES_PER_HOST,
     say: Callable[[str], None] | None = None,
+    keep_logs: bool = False,
 ) -> list[dict[str, Any]]:
     """A row per host count (and one for the kill), then a row about the run ("name": "run")."""
     counts = parse_counts(hosts, "--hosts")
@@ -1195,7 +1208,7 @@ def run_scale_bench(
         previous = signal.signal(signal.SIGTERM, _interrupted)
         try:
             for n, kill in runs:
-                with Testbed(lab, n, cpu, 2 if kill else 1, say) as bed:
+                with Testbed(lab, n, cpu, 2 if kill else 1, say, keep_logs) as bed:
                     bed.start()
                     row = asyncio.run(Run(bed, seconds, games, say, kill).go())
                     row["process_errors"] = bed.errors()
@@ -1203,7 +1216,7 @@ def run_scale_bench(
                         row["name"] += ", one killed"
                     rows.append(row)
                 if bed.keep_logs:
-                    logs.append(str(bed.dir))
+                    logs += [str(bed.dir), *(str(h.fleet.dir) for h in bed.hosts if h.fleet)]
                 say(f"{bed.label}: cleaned up")
         finally:
             signal.signal(signal.SIGTERM, previous)

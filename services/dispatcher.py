@@ -187,6 +187,10 @@ class Dispatcher(StreamConsumer):
         self._heads.clear()
         self._dispatched.clear()
 
+    def forget_partitions(self, partitions: set[int]) -> None:
+        for cache in (self._cache, self._heads, self._dispatched):
+            cache.drop(lambda gid: self.keys.partition(gid) in partitions)
+
     async def tick(self) -> None:
         if time.monotonic() >= self._next_sweep:
             self._next_sweep = time.monotonic() + self.clock_every_s

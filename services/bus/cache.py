@@ -7,6 +7,7 @@ projector's folds, the dispatcher's turns, a bot worker's positions); each is an
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 K = TypeVar("K")
@@ -37,6 +38,11 @@ class LRU(Generic[K, V]):
 
     def clear(self) -> None:
         self._data.clear()
+
+    def drop(self, keys: Callable[[K], bool]) -> None:
+        """Remove the entries whose key `keys` picks."""
+        for key in [k for k in self._data if keys(k)]:
+            del self._data[key]
 
     def __contains__(self, key: object) -> bool:
         return key in self._data

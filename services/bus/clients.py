@@ -607,13 +607,16 @@ class QueryClient:
             pipe.xinfo_groups(stream)
         for p in k.all_partitions():
             pipe.zcard(k.index_status(p, "playing"))
-        pipe.hgetall(k.processes())
+        copies = presence.beat_keys(self.redis, k)
+        for key in copies:
+            pipe.hgetall(key)
         answers: list[Any] = await pipe.execute(raise_on_error=False)
-        beats = answers.pop()
+        beats = presence.newest(a for a in answers[-len(copies) :] if not isinstance(a, Exception))
+        del answers[-len(copies) :]
         return Gauges(
             groups=presence.group_totals(presence.rows_of(streams, answers[: len(streams)])),
             live_games=sum(int(n) for n in answers[len(streams) :] if isinstance(n, int)),
-            beats={} if isinstance(beats, Exception) else presence.beats_of(beats),
+            beats=presence.beats_of(beats),
         )
 
     async def inboxes(

@@ -20,6 +20,7 @@ asks: whether any primary has a replica to wait for.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -28,13 +29,21 @@ from urllib.parse import urlsplit, urlunsplit
 
 import hiredis
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import (
+    ClusterNode,
+    ClusterPipeline,
+    PipelineCommand,
+    PipelineStrategy,
+    RedisCluster,
+)
 from redis.asyncio.connection import AbstractConnection, Connection
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import (
+    AskError,
     AuthenticationError,
     ClusterDownError,
+    MovedError,
     OutOfMemoryError,
     ReadOnlyError,
     RedisClusterException,
@@ -77,6 +86,9 @@ BACKOFF_CAP_S = 5.0
 
 
 _UNREACHABLE: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, RedisClusterException)
+
+#: A node that did not answer in time, or at all.
+_NO_ANSWER: tuple[type[Exception], ...] = (*_UNREACHABLE, TimeoutError)
 
 #: What a command rides out: Redis away, or a cluster failing over (for a moment a slot has
 #: no node the client knows of).
@@ -156,12 +168,43 @@ class _ClosedMidSend(Connection):
             raise RedisConnectionError(f"connection closed while sending ({exc})") from None
 
 
-class _StreamsCluster(RedisCluster):
-    """redis-py's cluster client, routing XREAD/XREADGROUP without asking the server.
+#: How often a node that counts as down is asked again (and the slots learnt again).
+NODE_PROBE_S = 0.1
+#: How long one command waits for a node that counts as down before its caller hears so.
+NODE_WAIT_S = 1.0
+#: How often a cluster client asks which nodes the cluster sees failing.
+WATCH_S = 0.25
+#: How long a node is asked at most (a task per node while it is down).
+NODE_PROBE_MAX_S = 60.0
+#: The pause before a cluster pipeline sends again what met a failover.
+RESEND_PAUSE_S = 0.05
+#: What a cluster pipeline sends again, after learning where the slots are now.
+_RESEND = (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError)
+
+
+class AgonCluster(RedisCluster):
+    """redis-py's cluster client, routing XREAD/XREADGROUP without asking the server, and
+    keeping a node's failure to the commands of that node.
 
     Stream reads have "movable keys", and the stock client asks a node (COMMAND GETKEYS)
     where they go on every call: two extra round trips per read, on the hottest path of
     every consumer. Their keys are what follows STREAMS, first half.
+
+    A host that dies answers nothing: the stock client waited for its read timeout (5 s) on
+    every connection it had there, and a pipeline that met it closed every connection of the
+    client (every other task's too) and sent the whole pipeline again, up to its retries: one
+    host's death stalled the partitions of every live master until its replica took over
+    (7-8 s, measured). Here:
+
+    - **Down, at once.** A watch asks a live master every `WATCH_S` which nodes the cluster
+      flags `fail?`/`fail` (no answer for its node timeout); a connection that fails has the
+      node PINGed. A node that is down has its connections closed (what is in flight fails
+      now) and its commands fail at once, until it answers again or serves no slot (its
+      replica took over: the slots are learnt again every `NODE_PROBE_S` meanwhile).
+    - **A pipeline fails only that node's commands** (`_NodeIsolated`); they are sent again
+      once their slots moved, else the caller's own retry takes them from there.
+    - **A single command waits for the failover** (at most `NODE_WAIT_S` a try, within the
+      client's retries), not for connect timeouts.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -169,6 +212,122 @@ class _StreamsCluster(RedisCluster):
         self.nodes_manager.connection_kwargs["connection_class"] = _ClosedMidSend
         for node in self.nodes_manager.startup_nodes.values():
             node.connection_class = _ClosedMidSend
+        #: nodes whose connection failed, each with the task that asks it whether it is back
+        self.probes: dict[str, asyncio.Future[None]] = {}
+        #: those of them that did not answer: their commands fail at once
+        self.down: set[str] = set()
+        self._refreshing: asyncio.Task[None] | None = None
+        self._watching: asyncio.Future[None] | None = None
+
+    async def initialize(self, *args: Any, **kwargs: Any) -> AgonCluster:
+        await super().initialize(*args, **kwargs)
+        if self._watching is None or self._watching.done():
+            self._watching = asyncio.ensure_future(self._watch())
+        return self
+
+    async def _watch(self) -> None:
+        """Every `WATCH_S`, ask a live master which nodes the cluster sees failing: a master
+        flagged `fail?` (no answer for the cluster's node timeout) or `fail` counts as down
+        at once, its commands in flight fail now rather than at their read timeout, and the
+        slots are learnt again until its replica took over."""
+        while True:
+            await asyncio.sleep(WATCH_S)
+            asking = [n for n in self.get_primaries() if n.name not in self.down]
+            if not asking:
+                continue
+            node = asking[int(time.monotonic() / WATCH_S) % len(asking)]
+            try:
+                raw = await asyncio.wait_for(node.execute_command("CLUSTER NODES"), WATCH_S)
+            except _NO_ANSWER:
+                continue
+            failing = _failing(raw)
+            primaries = {n.name: n for n in self.get_primaries()}
+            for name in failing & set(primaries):
+                if name not in self.probes:
+                    self.nodes_manager.move_node_to_end_of_cached_nodes(name)
+                    self.probes[name] = asyncio.ensure_future(self._probe(primaries[name], False))
+
+    async def aclose(self) -> None:
+        """Close every connection; the watch stops (the next `initialize` starts it again)."""
+        for task in [self._watching, *self.probes.values()]:
+            if task is not None:
+                task.cancel()
+        await super().aclose()
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
+        pipe = super().pipeline(transaction, shard_hint)
+        if not transaction:
+            pipe._execution_strategy = _NodeIsolated(pipe)
+        return pipe
+
+    async def _execute_command(self, target_node: ClusterNode, *args: Any, **kwargs: Any) -> Any:
+        """One command on `target_node`; while that node is down, wait (bounded) for it to
+        answer or its slots to move, then fail so that the caller's loop routes it again:
+        a command waits for a failover, not for connect timeouts."""
+        if self.is_down(target_node):
+            await asyncio.wait([self.probes[target_node.name]], timeout=NODE_WAIT_S)
+            raise RedisConnectionError(f"node {target_node.name} was down")
+        try:
+            return await super()._execute_command(target_node, *args, **kwargs)
+        except (RedisConnectionError, RedisTimeoutError):
+            self.node_failed(target_node)
+            raise
+
+    def is_down(self, node: ClusterNode) -> bool:
+        return node.name in self.down
+
+    def node_failed(self, node: ClusterNode) -> None:
+        """A command on `node` failed for its connection: a task beside asks it whether it
+        is there. One that does not answer is down (its commands fail at once) until it
+        answers again or serves no slot any more (its replica took over); meanwhile the
+        task learns the slots again, from the other nodes first."""
+        if node.name not in self.probes:
+            self.nodes_manager.move_node_to_end_of_cached_nodes(node.name)
+            self.probes[node.name] = asyncio.ensure_future(self._probe(node))
+
+    async def _ping(self, node: ClusterNode) -> bool:
+        try:
+            await node.execute_command("PING")
+            return True
+        except _UNREACHABLE:
+            return False
+
+    async def _probe(self, node: ClusterNode, ask_first: bool = True) -> None:
+        """Until `node` answers again or serves no slot: it is down. `ask_first`: only once
+        it did not answer a PING (a connection can fail for other reasons)."""
+        me, name = asyncio.current_task(), node.name
+        ping = asyncio.ensure_future(self._ping(node))
+        try:
+            if ask_first and await ping:
+                return  # a connection that failed for another reason (closed by a reset)
+            self.down.add(name)
+            for connection in list(getattr(node, "_connections", ())):
+                with contextlib.suppress(Exception):
+                    await connection.disconnect(nowait=True)  # what is in flight fails now
+            ends = time.monotonic() + NODE_PROBE_MAX_S
+            while time.monotonic() < ends:
+                await asyncio.sleep(NODE_PROBE_S)
+                if ping.done():
+                    if ping.result():
+                        return
+                    ping = asyncio.ensure_future(self._ping(node))  # one at a time
+                await self.refresh_slots()
+                if name not in {n.name for n in self.get_primaries()}:
+                    return
+        finally:
+            ping.cancel()
+            if self.probes.get(name) is me:
+                del self.probes[name]
+                self.down.discard(name)
+
+    async def refresh_slots(self) -> None:
+        """Ask a live node where the slots are now (a failover may have moved them)."""
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.ensure_future(self.nodes_manager.initialize())
+            self._refreshing.add_done_callback(lambda t: t.cancelled() or t.exception())
+        with contextlib.suppress(*_UNREACHABLE):
+            await asyncio.shield(self._refreshing)
+            self._initialize = False
 
     async def _determine_slot(self, command: str, *args: Any) -> int:
         if command.upper() in ("XREAD", "XREADGROUP"):
@@ -184,17 +343,129 @@ class _StreamsCluster(RedisCluster):
         return await super()._determine_slot(command, *args)
 
 
+def _failing(raw: Any) -> set[str]:
+    """The nodes (host:port) a CLUSTER NODES answer flags `fail?` or `fail`."""
+    if isinstance(raw, dict):
+        return {str(a).split("@")[0] for a, n in raw.items() if "fail" in str(n.get("flags"))}
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    out = set()
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) > 2 and "fail" in words[2]:
+            out.add(words[1].split("@")[0])
+    return out
+
+
+class _NodeIsolated(PipelineStrategy):
+    """A cluster pipeline whose commands go to their nodes at once, each node's on its own:
+    a node that fails fails only its commands (see `AgonCluster`)."""
+
+    async def execute(
+        self, raise_on_error: bool = True, allow_redirections: bool = True
+    ) -> list[Any]:
+        client = self._pipe.cluster_client
+        assert isinstance(client, AgonCluster)
+        stack, todo = list(self._command_queue), list(self._command_queue)
+        try:
+            failed: set[str] = set()  # nodes that failed in this call: not asked again
+            for _ in range(1 + client.retry.get_retries()):
+                if client._initialize:
+                    await client.refresh_slots()
+                live = []
+                for node, cmds in await self._by_node(client, todo):
+                    if node is not None and (node.name in failed or client.is_down(node)):
+                        for cmd in cmds:
+                            cmd.result = RedisConnectionError(f"node {node.name} is down")
+                    else:
+                        live.append(self._send(client, node, cmds, allow_redirections, failed))
+                await asyncio.gather(*live)
+                todo = [cmd for cmd in todo if isinstance(cmd.result, _RESEND)]
+                if not (todo and live):
+                    break
+                await asyncio.sleep(RESEND_PAUSE_S)
+            if raise_on_error:
+                for cmd in stack:
+                    if isinstance(cmd.result, Exception):
+                        self._annotate_exception(cmd.result, cmd.position + 1, cmd.args)  # type: ignore[no-untyped-call]
+                        raise cmd.result
+            return [cmd.result for cmd in stack]
+        finally:
+            await self.reset()  # type: ignore[no-untyped-call]
+
+    @staticmethod
+    async def _by_node(
+        client: AgonCluster, cmds: list[PipelineCommand]
+    ) -> list[tuple[ClusterNode | None, list[PipelineCommand]]]:
+        """The commands by the node serving their slot (None: keyless, the stock way)."""
+        by_name: dict[str | None, tuple[ClusterNode | None, list[PipelineCommand]]] = {}
+        for cmd in cmds:
+            node: ClusterNode | None
+            try:
+                node = client.nodes_manager.get_node_from_slot(
+                    await client._determine_slot(*cmd.args)
+                )
+            except (RedisClusterException, SlotNotCoveredError, ValueError):
+                node = None
+            by_name.setdefault(node.name if node else None, (node, []))[1].append(cmd)
+        return list(by_name.values())
+
+    async def _send(
+        self,
+        client: AgonCluster,
+        node: ClusterNode | None,
+        cmds: list[PipelineCommand],
+        allow_redirections: bool,
+        failed: set[str],
+    ) -> None:
+        """Send one node's commands; their results (or errors) land on them; a node whose
+        connection fails joins `failed` (and the slots are learnt again)."""
+        for cmd in cmds:
+            cmd.result = None
+        try:
+            if node is None:
+                await self._execute(
+                    client, cmds, raise_on_error=False, allow_redirections=allow_redirections
+                )
+            elif await node.execute_pipeline(cmds) and allow_redirections:
+                # Routed once, here; what met a redirection goes alone, as the stock does.
+                for cmd in cmds:
+                    if isinstance(cmd.result, MovedError | AskError):
+                        try:
+                            cmd.result = await client.execute_command(*cmd.args, **cmd.kwargs)
+                        except Exception as exc:
+                            cmd.result = exc
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            error = exc if isinstance(exc, _RESEND) else RedisConnectionError(str(exc))
+            for cmd in cmds:
+                if cmd.result is None or isinstance(cmd.result, BaseException):
+                    cmd.result = error
+            if node is not None:
+                failed.add(node.name)
+                client.node_failed(node)
+            client._initialize = True
+        except (ClusterDownError, SlotNotCoveredError, TryAgainError) as exc:
+            for cmd in cmds:
+                if cmd.result is None:
+                    cmd.result = exc
+            client._initialize = True
+
+
 #: How long a cluster client waits to connect to a node: a host that went away (its link
 #: down: no refusal comes back) must not hold every command that touches it for the
 #: system's connect timeout, while its replica takes over.
 NODE_CONNECT_TIMEOUT_S = 1.0
+#: How long a cluster client waits for a node's answer: longer than any command Agon sends
+#: may take (a blocking read or a WAIT: 1 s), shorter than redis-py's 5 s, which a dead
+#: host's established connections waited out before their commands failed.
+NODE_READ_TIMEOUT_S = 1.5
 
 
 def cluster_client(url: str, **kwargs: Any) -> RedisCluster:
     """A Redis Cluster client that follows MOVED/ASK and refreshes its slots after failover."""
     kwargs.setdefault("retry", _retry())
     kwargs.setdefault("socket_connect_timeout", NODE_CONNECT_TIMEOUT_S)
-    return _StreamsCluster.from_url(url, **kwargs)
+    kwargs.setdefault("socket_timeout", NODE_READ_TIMEOUT_S)
+    return AgonCluster.from_url(url, **kwargs)
 
 
 async def _is_cluster(probe: Redis) -> bool:

@@ -33,8 +33,8 @@ from services.bus.connection import TRANSIENT_ERRORS, WRITES_REFUSED, Client
 from services.bus.keys import Keys
 from services.bus.outages import WriteWatch
 from services.bus.ownership import ROUND_S, Ownership
-from services.bus.presence import beat, beating, forget_old
-from services.bus.reader import RETRY_PAUSE_S, Entry, GroupReader, trim_acknowledged
+from services.bus.presence import beat, beat_keys, beating, forget_old
+from services.bus.reader import RETRY_PAUSE_S, Entry, GroupReader, seen, trim_acknowledged
 from services.bus.text import as_text
 
 log = logging.getLogger("agon.bus")
@@ -142,6 +142,7 @@ class StreamConsumer:
     partition_streams: dict[int, str] | None = None
     #: this member's share of them while it runs (with `settings.share`)
     ownership: Ownership | None = None
+    _claiming: asyncio.Future[int] | None = None
 
     def join(
         self,
@@ -173,7 +174,7 @@ class StreamConsumer:
             streams,
             group,
             s.consumer or consumer_name(self.role),
-            heartbeats=keys.processes(),
+            heartbeats=beat_keys(redis, keys),
             count=s.batch,
             claim_idle_ms=s.claim_idle_ms,
             max_deliveries=max_deliveries,
@@ -192,6 +193,11 @@ class StreamConsumer:
 
     def forget(self) -> None:
         """Drop cached state after a failed batch (default: nothing is cached)."""
+
+    def forget_partitions(self, partitions: set[int]) -> None:
+        """Drop what is cached of the games of `partitions`, taken or given up (another
+        member wrote them meanwhile); the rest stays warm. Default: `forget()`."""
+        self.forget()
 
     async def tick(self) -> None:
         """Periodic work of `run`, after every batch (default: none)."""
@@ -319,6 +325,8 @@ class StreamConsumer:
             await self.settle()
         finally:
             done.set()
+            if self._claiming is not None:
+                self._claiming.cancel()
             await self.reader.close()
             await asyncio.wait([t for t in (housekeeping, sharing) if t], timeout=2.0)
             if self.ownership is not None:
@@ -336,12 +344,16 @@ class StreamConsumer:
         if streams != self.reader.streams:
             await self.reader.set_streams(streams)
         if change.taken or change.lost:
-            self.forget()
+            self.forget_partitions({*change.taken, *change.lost})
             log.info(
                 "%s: took partitions %s, gave up %s; serving %d",
                 self.reader.consumer, change.taken, change.lost, len(streams),
             )  # fmt: skip
-        await self.reader.claim_strays(streams)
+        # Beside the rounds: a claim that waits on a master that died must not hold back
+        # the renewal of every lease this member holds.
+        if self._claiming is None or self._claiming.done():
+            self._claiming = asyncio.ensure_future(self.reader.claim_strays(streams))
+            self._claiming.add_done_callback(seen)
 
     def lose(self, p: int) -> None:
         """A write under partition `p`'s epoch was refused: another member owns it now

@@ -40,8 +40,11 @@ tag (reply streams, the heartbeat hash, the readers' dead letters) are each used
 
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import dataclass
+
+from redis.crc import key_slot
 
 DEFAULT_PREFIX = "agon"
 DEFAULT_PARTITIONS = 16
@@ -58,6 +61,13 @@ FEED_GROUPS = (PROJECTOR_GROUP, DISPATCHER_GROUP)
 def partition_of(game_id: str, partitions: int = DEFAULT_PARTITIONS) -> int:
     """The partition of a game: stable across processes, machines and Python versions."""
     return zlib.crc32(game_id.encode()) % partitions
+
+
+@functools.cache
+def _copy_of(key: str) -> str:
+    slot = key_slot(key.encode())
+    names = [f"{key}:{{c{i}}}" for i in range(64)]
+    return min(names, key=lambda n: abs((key_slot(n.encode()) - slot) % 16384 - 8192))
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +138,12 @@ class Keys:
     def processes(self) -> str:
         """Every consumer's heartbeat: how dead consumers are noticed, and what `status` shows."""
         return f"{self.prefix}:processes"
+
+    def processes_copy(self) -> str:
+        """The heartbeats' second copy on a Redis Cluster, in the hash slot farthest from the
+        first's (so on another master wherever the slots are spread evenly): the death of
+        one master must not blind everyone to who is alive (`services.bus.presence`)."""
+        return _copy_of(self.processes())
 
     def reader_dead_letter(self) -> str:
         """Entries the projector, dispatcher or a bot worker could not handle on their own."""

@@ -19,21 +19,32 @@ their partitions and Redis Cluster's masters their slots:
   (`services.engine_service.store`: `Fenced`): an owner that was paused past its lease
   and resumes cannot write over its successor.
 - **Handover.** A member that takes a partition claims the entries still pending there
-  (`GroupReader.take_over`): those its predecessor read and never acknowledged.
+  (`GroupReader.claim_strays`): those its predecessor read and never acknowledged.
+- **Another host's death.** A round waits at most `BEATS_WAIT_S` for the beats and
+  `NODE_WAIT_S` for each master's leases, so a master that died holds back none of the
+  renewals on the others; a lease it holds stays held (its epoch fences it) until it
+  answers again or its replica took over. A partition taken or given up drops only its own
+  games from the member's caches.
 """
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from services.bus.connection import Client
 from services.bus.keys import Keys
-from services.bus.presence import alive, processes
-from services.bus.scripts import Call, Script
+from services.bus.presence import Sight, alive, processes
+from services.bus.scripts import UNANSWERED, Call, Script
 from services.bus.text import now_ms
 
+#: A round that cannot read the beats within `BEATS_WAIT_S` goes on with the members it
+#: knew, and a master that does not answer its leases within `NODE_WAIT_S` holds back none
+#: of the others' (a lease must be renewed before it expires, whatever another host does).
+BEATS_WAIT_S = 0.4
+NODE_WAIT_S = 0.3
 #: How long a lease lasts without renewal (ms): a dead member's partitions move this soon.
 LEASE_MS = 1500
 #: How often a member renews its leases and takes or gives up partitions (s).
@@ -106,19 +117,32 @@ class Ownership:
         self.owned: dict[int, int] = {}
         #: partitions this member took over and gave up, since it started
         self.moves = 0
+        self.sight = Sight()
+        self._members: list[str] | None = None
 
     def epoch(self, p: int) -> int:
         """The epoch `p` is held under; -1 when it is not held (a write under it is refused)."""
         return self.owned.get(p, -1)
 
     async def members(self) -> list[str]:
-        """The kind's live members, this one among them."""
+        """The kind's live members, this one among them. While the beats cannot be read,
+        and for a moment after (`Sight`), no member it knew is dropped."""
+        began = now_ms()
+        try:
+            beats = await asyncio.wait_for(processes(self.redis, self.keys), BEATS_WAIT_S)
+        except UNANSWERED:
+            # The round goes on with the members it knew: its leases must be renewed.
+            self.sight.failed()
+            if self._members is None:
+                raise
+            return self._members
         now = now_ms()
         live = {self.member}
-        for name, beat in (await processes(self.redis, self.keys)).items():
-            if beat.role == self.kind and alive(beat, now):
-                live.add(name)
-        return sorted(live)
+        live.update(n for n, b in beats.items() if b.role == self.kind and alive(b, now))
+        if not self.sight.read(now, now - began) and self._members is not None:
+            live.update(self._members)
+        self._members = sorted(live)
+        return self._members
 
     def desired(self, members: Sequence[str]) -> set[int]:
         parts = [str(p) for p in self.keys.all_partitions()]
@@ -134,10 +158,16 @@ class Ownership:
             self.owned.pop(p)
         change.lost += giving
         if giving:
-            await _RELEASE.run_many(self.redis, [self._lease(p, self.member) for p in giving])
+            calls = [self._lease(p, self.member) for p in giving]
+            await _RELEASE.run_per_node(self.redis, calls, NODE_WAIT_S)
         asking = sorted(want)
         calls = [self._lease(p, self.member, self.lease_ms) for p in asking]
-        for p, answer in zip(asking, await _TAKE.run_many(self.redis, calls), strict=True):
+        answers = await _TAKE.run_per_node(self.redis, calls, NODE_WAIT_S)
+        for p, answer in zip(asking, answers, strict=True):
+            if isinstance(answer, UNANSWERED):
+                continue  # its master is away: what is held stays held (its epoch fences it)
+            if isinstance(answer, Exception):
+                raise answer
             epoch, held = int(answer), self.owned.get(p)
             if epoch and held is None:
                 change.taken.append(p)

@@ -13,6 +13,11 @@ telling a served bot from an unserved one, admission control counting a bot proc
 TTL of its own, so the time is in the beat, and housekeeping drops beats older than
 `FORGET_AFTER_MS`, left by processes that were killed.)
 
+On a Redis Cluster the beats are kept twice, on two masters (`beat_keys`): every beat goes
+to both, a reader takes the newer of the two, and neither waits long for a copy whose master
+died (`on_each`), so one master's death blinds nobody to who is alive. A reader that could
+not read them (or waited out an outage) judges nobody dead for `SETTLE_MS` after (`Sight`).
+
 The pipeline's backlog is read one way too: `group_rows` turns XINFO GROUPS of some streams
 into a row per stream and group (lag: entries not yet delivered to the group; pending:
 delivered, not yet acknowledged), and `group_totals` sums them per group, for the
@@ -31,7 +36,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.bus.connection import Client
+from services.bus.connection import TRANSIENT_ERRORS, Client, is_cluster
 from services.bus.keys import Keys
 from services.bus.text import as_text, now_ms
 
@@ -95,6 +100,39 @@ def alive(beat: Beat | None, now: int) -> bool:
     return beat is not None and now - beat.time <= ALIVE_MS
 
 
+#: Once one copy of the beats answered, how long the other may take.
+COPY_GRACE_S = 0.1
+#: After the beats could not be read, how long nobody is judged dead: everyone's beats
+#: failed alike meanwhile (the master holding them failed over), and each process beats
+#: again within `EVERY_S` of them coming back.
+SETTLE_MS = 600
+
+
+class Sight:
+    """Whether a reader of the beats may judge who is dead by them now.
+
+    The beats live in one key. While it cannot be read (its master failing over), no
+    process can beat either; when it comes back every beat is as old as the outage, the
+    live ones' too. A reader that failed to read the beats waits `SETTLE_MS` after reading
+    them again before it takes anyone's work: only the dead have not beaten again by then.
+    """
+
+    def __init__(self) -> None:
+        self.blind = False
+        self.settled_at = 0
+
+    def failed(self) -> None:
+        """A read of the beats failed (Redis away)."""
+        self.blind = True
+
+    def read(self, now: int, took_ms: int = 0) -> bool:
+        """The beats were read at `now`, in `took_ms`: whether they may say who is dead. A
+        read that took half of `ALIVE_MS` or longer waited out an outage: as blind."""
+        if self.blind or took_ms >= ALIVE_MS // 2:
+            self.blind, self.settled_at = False, now + SETTLE_MS
+        return now >= self.settled_at
+
+
 def beat_value(role: str, group: str, **stats: Any) -> str:
     """A beat as stored: role, group, time, process and host, and `stats`."""
     fields = {
@@ -108,21 +146,75 @@ def beat_value(role: str, group: str, **stats: Any) -> str:
     return json.dumps(fields)
 
 
+def beat_keys(redis: Client, keys: Keys) -> list[str]:
+    """Where the beats are: one hash; on a cluster two, on two masters (`Keys.processes_copy`),
+    each beat written to both, and read from whichever answers (the newer beat counts)."""
+    if is_cluster(redis):
+        return [keys.processes(), keys.processes_copy()]
+    return [keys.processes()]
+
+
+async def on_each(redis: Client, keys: Sequence[str], command: str, *args: Any) -> list[Any]:
+    """`command key *args` on each of `keys` (the copies of the beats) at once; the answers
+    of those that answered. Once one answered, the others get `COPY_GRACE_S` more: a copy
+    whose master died must not hold a beat (or its reader) for a read timeout. Raises only
+    when none answered."""
+    calls = [asyncio.ensure_future(redis.execute_command(command, k, *args)) for k in keys]
+    if len(calls) == 1:
+        return [await calls[0]]
+    pending: set[asyncio.Future[Any]] = set(calls)
+    while pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        if any(not f.exception() for f in done):
+            if pending:
+                _, pending = await asyncio.wait(pending, timeout=COPY_GRACE_S)
+            break
+    for f in pending:
+        f.cancel()
+    errors = [e for f in calls if f.done() and not f.cancelled() and (e := f.exception())]
+    for error in errors:
+        if not isinstance(error, TRANSIENT_ERRORS):
+            raise error
+    good = [f.result() for f in calls if f.done() and not f.cancelled() and not f.exception()]
+    if not good:
+        raise errors[0] if errors else TimeoutError("no copy of the beats answered")
+    return good
+
+
+async def _on_each(redis: Client, keys: Keys, command: str, *args: Any) -> list[Any]:
+    return await on_each(redis, beat_keys(redis, keys), command, *args)
+
+
 async def beat(redis: Client, keys: Keys, name: str, role: str, group: str, **stats: Any) -> None:
     """Write one beat of process `name`."""
-    await redis.hset(keys.processes(), name, beat_value(role, group, **stats))
+    await _on_each(redis, keys, "HSET", name, beat_value(role, group, **stats))
 
 
 async def beat_many(redis: Client, keys: Keys, beats: Mapping[str, str]) -> None:
     """Write the beats (`beat_value`) of several processes (a gateway's outside bots)."""
-    mapping: dict[Any, Any] = dict(beats)
-    await redis.hset(keys.processes(), mapping=mapping)
+    await _on_each(redis, keys, "HSET", *(x for pair in beats.items() for x in pair))
 
 
 async def forget(redis: Client, keys: Keys, names: Iterable[str]) -> None:
     """Remove the beats of processes that are gone."""
     if gone := list(names):
-        await redis.hdel(keys.processes(), *gone)
+        await _on_each(redis, keys, "HDEL", *gone)
+
+
+def newest(answers: Iterable[Any]) -> dict[str, Any]:
+    """HGETALL answers of the beat keys merged: per process, the beat with the latest time."""
+    out: dict[str, Any] = {}
+    for raw in answers:
+        for name, value in dict(raw).items():
+            key = as_text(name)
+            if key not in out or _beat_time(value) > _beat_time(out[key]):
+                out[key] = value
+    return out
+
+
+def _beat_time(raw: Any) -> int:
+    b = Beat.parse(raw)
+    return -1 if b is None else b.time
 
 
 @contextlib.asynccontextmanager
@@ -150,7 +242,7 @@ async def beating(
         done.set()
         await asyncio.wait([task], timeout=2.0)
         with contextlib.suppress(Exception):
-            await redis.hdel(keys.processes(), name)
+            await forget(redis, keys, [name])
 
 
 def beats_of(raw: Mapping[Any, Any]) -> dict[str, Beat]:
@@ -165,18 +257,17 @@ def beats_of(raw: Mapping[Any, Any]) -> dict[str, Beat]:
 
 async def processes(redis: Client, keys: Keys) -> dict[str, Beat]:
     """Every process's last beat, by process name."""
-    raw: Any = await redis.hgetall(keys.processes())
-    return beats_of(raw)
+    return beats_of(newest(await _on_each(redis, keys, "HGETALL")))
 
 
 async def forget_old(redis: Client, keys: Keys) -> int:
     """Drop the beats older than `FORGET_AFTER_MS` (and unreadable ones); how many went."""
-    raw: Any = await redis.hgetall(keys.processes())
+    raw = newest(await _on_each(redis, keys, "HGETALL"))
     now = now_ms()
     beats = {name: Beat.parse(value) for name, value in raw.items()}
     old = [k for k, b in beats.items() if b is None or now - b.time > FORGET_AFTER_MS]
     if old:
-        await redis.hdel(keys.processes(), *old)
+        await forget(redis, keys, old)
     return len(old)
 
 

@@ -38,7 +38,16 @@ from redis.exceptions import ResponseError
 from schemas.codec import FIELD_BYTES
 from services.bus.cache import LRU
 from services.bus.connection import TRANSIENT_ERRORS, Client, is_cluster
-from services.bus.presence import ALIVE_MS, Beat, alive, group_rows, group_totals
+from services.bus.presence import (
+    ALIVE_MS,
+    Beat,
+    Sight,
+    alive,
+    group_rows,
+    group_totals,
+    on_each,
+)
+from services.bus.scripts import UNANSWERED
 from services.bus.text import as_text, now_ms
 
 log = logging.getLogger("agon.bus")
@@ -128,7 +137,7 @@ class GroupReader:
         group: str,
         consumer: str,
         *,
-        heartbeats: str,
+        heartbeats: str | Sequence[str],
         count: int = 500,
         claim_idle_ms: int = 30_000,
         dead_idle_ms: int = 500,
@@ -139,7 +148,8 @@ class GroupReader:
         self.streams = list(streams)
         self.group = group
         self.consumer = consumer
-        self.heartbeats = heartbeats
+        #: the hashes the beats are in (`services.bus.presence.beat_keys`)
+        self.heartbeats = [heartbeats] if isinstance(heartbeats, str) else list(heartbeats)
         self.count = count
         self.claim_idle_ms = claim_idle_ms
         self.dead_idle_ms = dead_idle_ms
@@ -155,7 +165,9 @@ class GroupReader:
         #: whose answer was lost (the client retried the read after a dropped connection)
         self._received_ids: LRU[tuple[str, bytes], bool] = LRU(SEEN_IDS)
         self._ready = False
-        self._recovering = False
+        self.sight = Sight()
+        #: streams whose own pending entries are read again before new ones (`recover`)
+        self._recover: set[str] = set()
         self._lanes: dict[str, asyncio.Task[None]] = {}
         self._buffer: list[Entry] = []
         self._cond = asyncio.Condition()
@@ -186,11 +198,10 @@ class GroupReader:
     async def _read(self, block_ms: int | None, reclaim: bool) -> list[Entry]:
         if not self._ready:
             await self.setup()
-        if self._recovering:
+        if self._recover:
             own = await self._own_pending()
             if own:
                 return own
-            self._recovering = False
         if reclaim:
             self._next_claim = time.monotonic() + self.claim_every_s
             claimed = await self.reclaim()
@@ -293,6 +304,9 @@ class GroupReader:
                 await asyncio.sleep(RETRY_PAUSE_S)
                 continue
             except TRANSIENT_ERRORS:
+                # Its answer may have been lost with the connection: what Redis delivered
+                # meanwhile is pending with this consumer; read it again.
+                self.recover([stream])
                 await asyncio.sleep(RETRY_PAUSE_S)
                 continue
             entries = self._received(raw)
@@ -359,27 +373,62 @@ class GroupReader:
             self.recover()
         return claimed
 
-    def recover(self) -> None:
-        """After a failed batch: read this consumer's own pending entries again first.
+    def recover(self, streams: Sequence[str] | None = None) -> None:
+        """After a failed batch (or a read or write of `streams` that failed): read this
+        consumer's own pending entries there again first.
 
         XREADGROUP ">" never redelivers them to their owner; without this they would wait
         for another consumer's claim sweep.
         """
-        self._recovering = True
+        self._recover.update(self.streams if streams is None else streams)
 
     async def _own_pending(self) -> list[Entry]:
-        return await self._read_streams("0", None)
+        """This consumer's pending entries of the streams to recover. A stream that answers
+        none is recovered; on a cluster, one whose node fails stays to recover, and the
+        others are read all the same (a dead master must not hold the live ones back)."""
+        streams = [s for s in self.streams if s in self._recover]
+        self._recover.intersection_update(streams)
+        if not streams:
+            return []
+        if not is_cluster(self.redis):
+            raw: Any = await self.redis.xreadgroup(
+                self.group, self.consumer, dict.fromkeys(streams, "0"), count=self.count
+            )
+            entries = self._received(raw)
+            if not entries:
+                self._recover.clear()
+            return entries
+        pipe = self.redis.pipeline(transaction=False)
+        for stream in streams:
+            pipe.xreadgroup(self.group, self.consumer, {stream: "0"}, count=self.count)
+        out: list[Entry] = []
+        for stream, answer in zip(streams, await pipe.execute(raise_on_error=False), strict=True):
+            if isinstance(answer, TRANSIENT_ERRORS):
+                continue
+            if isinstance(answer, Exception):
+                raise answer
+            entries = self._received(answer)
+            if not entries:
+                self._recover.discard(stream)
+            out.extend(entries)
+        return out
 
     async def dead_consumers(self, names: set[str]) -> set[str]:
         """Which of `names` have no fresh heartbeat."""
         if not names:
             return set()
-        ordered = sorted(names)
-        beats: Any = await self.redis.hmget(self.heartbeats, ordered)
+        ordered, began = sorted(names), now_ms()
+        try:
+            copies = await on_each(self.redis, self.heartbeats, "HMGET", *ordered)
+        except UNANSWERED:
+            self.sight.failed()  # every copy of the beats is away
+            raise
         now = now_ms()
+        if not self.sight.read(now, now - began):
+            return set()
         dead = set()
-        for name, raw in zip(ordered, beats, strict=True):
-            if not alive(Beat.parse(raw), now):
+        for name, *raws in zip(ordered, *copies, strict=True):
+            if not any(alive(Beat.parse(raw), now) for raw in raws):
                 dead.add(name)
         return dead
 

@@ -20,11 +20,16 @@ from typing import Any
 
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.exceptions import AskError, MovedError, NoScriptError, RedisClusterException
+from redis.exceptions import ConnectionError as RedisConnectionError
 
-from services.bus.connection import TRANSIENT_ERRORS, Client, ReplicasBehind
+from services.bus.connection import TRANSIENT_ERRORS, AgonCluster, Client, ReplicasBehind
 
 #: One script call: its keys and its arguments.
 Call = tuple[Sequence[Any], Sequence[Any]]
+
+
+#: A node that did not answer: away (a failover) or too slow to wait for.
+UNANSWERED: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, TimeoutError)
 
 
 class Script:
@@ -69,6 +74,32 @@ class Script:
                 break
             await self.load(client)
             todo = lost
+        return results
+
+    async def run_per_node(
+        self, client: Client, calls: Sequence[Call], timeout_s: float
+    ) -> list[Any]:
+        """`run_many` with errors in place, each node's calls on their own and given at most
+        `timeout_s`: a node that does not answer in time (its host died, and nobody knows
+        yet) costs its own calls a `TimeoutError`, and holds none of the others back."""
+
+        async def run(part: list[int]) -> None:
+            try:
+                answers = await asyncio.wait_for(
+                    self.run_many(client, [calls[i] for i in part], raise_on_error=False),
+                    timeout_s,
+                )
+            except UNANSWERED as exc:
+                answers = [exc] * len(part)
+            for i, answer in zip(part, answers, strict=True):
+                results[i] = answer
+
+        results: list[Any] = [None] * len(calls)
+        parts: dict[str, list[int]] = {}
+        for i, (keys, _) in enumerate(calls):
+            node = client.get_node_from_key(keys[0]) if isinstance(client, RedisCluster) else None
+            parts.setdefault(node.name if node is not None else "", []).append(i)
+        await asyncio.gather(*(run(part) for part in parts.values()))
         return results
 
     async def __call__(self, client: Client, keys: Sequence[Any], args: Sequence[Any]) -> Any:
@@ -134,16 +165,21 @@ async def run_replicated(
     )
     out: list[tuple[Any, bool]] = [(None, False)] * len(commands)
     stale = False
-    for (_, idx), answer in zip(groups, answers, strict=True):
+    for (node, idx), answer in zip(groups, answers, strict=True):
         if isinstance(answer, BaseException):
             stale = True
+            if isinstance(client, AgonCluster) and isinstance(answer, TRANSIENT_ERRORS):
+                client.node_failed(node)
             answer = [(answer, False)] * len(idx)
         for i, one in zip(idx, answer, strict=True):
             out[i] = one
             stale = stale or isinstance(one[0], MovedError | AskError)
     if stale:  # the slots moved (a failover): learn where they went before the next call
-        with contextlib.suppress(*TRANSIENT_ERRORS, RedisClusterException):
-            await client.nodes_manager.initialize()
+        if isinstance(client, AgonCluster):
+            await client.refresh_slots()
+        else:
+            with contextlib.suppress(*TRANSIENT_ERRORS, RedisClusterException):
+                await client.nodes_manager.initialize()
     return out
 
 
@@ -171,6 +207,8 @@ async def _replicated(
             pipe.execute_command(*command)
         answers = await pipe.execute(raise_on_error=False)
     else:
+        if isinstance(client, AgonCluster) and client.is_down(node):
+            raise RedisConnectionError(f"node {node.name} is down")
         sent = [PipelineCommand(i, *command) for i, command in enumerate(words)]
         await node.execute_pipeline(sent)
         answers = [command.result for command in sent]

@@ -134,7 +134,8 @@ def grants(prefix: str = DEFAULT_PREFIX, bots: Sequence[str] = ()) -> dict[str, 
     )
     results = (k.bot_results(0, "*"), k.results(0, "*"), k.tournament_results(0, "*"))
     models = (k.projector_seen(0), k.view("*"), k.index_pattern(), *results)
-    beat = Grant("heartbeats", ("hset", "hdel", "hmget", "hgetall"), both=(k.processes(),))
+    beats = (k.processes(), k.processes_copy())
+    beat = Grant("heartbeats", ("hset", "hdel", "hmget", "hgetall"), both=beats)
     set_aside = Grant("set aside what fails", ("xadd",), write=(k.reader_dead_letter(),))
     send = Grant("send commands", ("xadd",), write=(commands,))
     feeds = Grant("consume every feed", CONSUMER, both=(feed,))
@@ -242,7 +243,7 @@ def grants(prefix: str = DEFAULT_PREFIX, bots: Sequence[str] = ()) -> dict[str, 
             Grant(
                 "heartbeats (its own, outside bots')",
                 ("hset", "hdel", "hgetall"),
-                both=(k.processes(),),
+                both=beats,
             ),
             Grant(
                 "quotas: the token-bucket script (its key, its commands)",
@@ -259,7 +260,7 @@ def grants(prefix: str = DEFAULT_PREFIX, bots: Sequence[str] = ()) -> dict[str, 
             Grant("active tournaments", ("zrevrange", "zrem"), both=(k.active_tournaments(),)),
             Grant("how its games stand", ("xrevrange",), read=(log,)),
             send,
-            Grant("heartbeats", ("hset", "hdel", "hgetall"), both=(k.processes(),)),
+            Grant("heartbeats", ("hset", "hdel", "hgetall"), both=beats),
         ],
     }
 

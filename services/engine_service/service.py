@@ -219,6 +219,9 @@ class EngineService(StreamConsumer):
     def forget(self) -> None:
         self._cache.clear()
 
+    def forget_partitions(self, partitions: set[int]) -> None:
+        self._cache.drop(lambda gid: self.keys.partition(gid) in partitions)
+
     async def settle(self) -> None:
         await self._flushed()
 
@@ -342,6 +345,7 @@ class EngineService(StreamConsumer):
                 # it done (and waits for the replicas again) or does it again.
                 self.counts.unconfirmed += 1
                 self._evict(work.command.game_id)
+                self.reader.recover([work.entry.stream])  # read again once its master answers
                 continue
             if isinstance(result, SeqConflict):
                 self.counts.conflicts += 1

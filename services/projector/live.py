@@ -83,6 +83,9 @@ class Projector(StreamConsumer):
         """A failed batch may have folded events it never wrote: fold from Redis again."""
         self._cache.clear()
 
+    def forget_partitions(self, partitions: set[int]) -> None:
+        self._cache.drop(lambda gid: self.keys.partition(gid) in partitions)
+
     async def process(self, entries: Sequence[Entry]) -> None:
         by_game: dict[str, list[EventMap]] = {}
         tips: dict[str, tuple[int, bytes]] = {}  # per game its last entry: seq, bytes

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +70,7 @@ class RedisClusterProcesses(Server):
         binary: str | None = None,
         node_timeout_ms: int = 2000,
         ready_timeout_s: float = CLUSTER_READY_TIMEOUT_S,
+        options: Sequence[str] = (),
     ) -> None:
         if masters < 3:
             raise ValueError("redis-cli --cluster create needs at least 3 masters")
@@ -84,6 +86,8 @@ class RedisClusterProcesses(Server):
         self.masters = masters
         self.replicas = replicas
         self.node_timeout_ms = node_timeout_ms
+        #: more redis-server options for every node
+        self.options = tuple(options)
         self.ready_timeout_s = ready_timeout_s
         self.nodes: list[ClusterNode] = []
         self._registered = False
@@ -316,7 +320,7 @@ class RedisClusterProcesses(Server):
         )
 
     def _args(self, node: ClusterNode) -> list[str]:
-        return node_args(self.binary, node, self.node_timeout_ms)
+        return node_args(self.binary, node, self.node_timeout_ms, self.options)
 
     def _create(self) -> None:
         args = [

@@ -1,0 +1,146 @@
+"""A dead master costs only its own slots, on a real Redis Cluster of three masters.
+
+When a host dies, its master's commands cannot be answered until a replica takes over; the
+other masters' must go on being. The stock cluster pipeline failed the whole pipeline and
+closed every connection of the client (every other task's reads too) while it retried; the
+reader re-read its own pending entries of every stream in one pipeline, so one dead
+stream held back the live ones; the beats lived on one master, and right after they came
+back, everyone looked dead.
+Each test is the attack on one of these: a master SIGKILLed with no replica to take over
+(its slots stay dead for the test), and what still has to work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from services.bus.connection import AgonCluster, connect
+from services.bus.keys import Keys
+from services.bus.presence import ALIVE_MS, SETTLE_MS, Sight, beat, beat_keys, processes
+from services.bus.reader import GroupReader
+from tests.support.cluster import RedisClusterProcesses
+
+TAGS = range(12)
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[tuple[RedisClusterProcesses, AgonCluster]]:
+    # The others serve their slots while one is away, as a deployment that scales out should.
+    options = ("--cluster-require-full-coverage", "no")
+    with RedisClusterProcesses(masters=3, node_timeout_ms=1000, options=options) as nodes:
+        client = await connect(nodes.url)
+        assert isinstance(client, AgonCluster)
+        try:
+            yield nodes, client
+        finally:
+            await client.aclose()
+
+
+def port_of(client: AgonCluster, key: str) -> int:
+    node = client.get_node_from_key(key)
+    assert node is not None
+    return int(node.port)
+
+
+def victim_of(nodes: RedisClusterProcesses, client: AgonCluster, keys: list[str]) -> int:
+    """A master that serves some of `keys` and is not the one the client's URL names."""
+    ports = {port_of(client, k) for k in keys} - {nodes.ports[0]}
+    return sorted(ports)[0]
+
+
+async def test_a_pipeline_fails_only_the_dead_masters_commands_and_no_other_read(
+    cluster: tuple[RedisClusterProcesses, AgonCluster],
+) -> None:
+    nodes, client = cluster
+    keys = [f"dn:{{{t}}}:k" for t in TAGS]
+    for key in keys:
+        await client.set(key, key)
+    victim = victim_of(nodes, client, keys)
+    live = [k for k in keys if port_of(client, k) != victim]
+    feed = f"{next(k for k in live if port_of(client, k) != nodes.ports[0])}:feed"
+    # A blocking read on a live master, in flight while the other master stops answering
+    # (a host whose link went down: no refusal comes back).
+    reading = asyncio.create_task(client.xread({feed: "$"}, block=8000))
+    await asyncio.sleep(0.2)
+    nodes.pause(victim)
+    try:
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.get(key)
+        answers = await pipe.execute(raise_on_error=False)
+        for key, answer in zip(keys, answers, strict=True):
+            if port_of(client, key) == victim:
+                assert isinstance(answer, RedisConnectionError | RedisTimeoutError), answer
+            else:
+                assert answer == key.encode(), (key, answer)
+
+        with pytest.raises((RedisConnectionError, RedisTimeoutError)):
+            pipe = client.pipeline(transaction=False)  # all or nothing: the caller's choice
+            for key in keys:
+                pipe.get(key)
+            await pipe.execute()
+
+        await client.xadd(feed, {"m": b"after"})
+        got: Any = await reading  # the dead master closed no connection of a live one
+        assert got and got[0][1][0][1] == {b"m": b"after"}
+        pipe = client.pipeline(transaction=False)
+        for key in live:
+            pipe.get(key)
+        assert await pipe.execute() == [k.encode() for k in live]
+    finally:
+        nodes.resume(victim)
+
+
+async def test_a_reader_recovers_its_pending_entries_of_live_streams_beside_a_dead_one(
+    cluster: tuple[RedisClusterProcesses, AgonCluster],
+) -> None:
+    nodes, client = cluster
+    streams = [f"dn:{{{t}}}:commands" for t in TAGS]
+    reader = GroupReader(client, streams, "g", "c1", heartbeats="dn:processes")
+    await reader.setup()
+    for stream in streams:
+        await client.xadd(stream, {"m": stream.encode()})
+    assert len(await reader.read(None)) == len(streams)  # now pending with c1, unacknowledged
+    victim = victim_of(nodes, client, streams)
+    nodes.kill(victim)
+
+    reader.recover()  # a batch failed: its entries are read again first
+    again = await reader.read(None)
+    alive = {s for s in streams if port_of(client, s) != victim}
+    assert {e.stream for e in again} == alive
+    assert len(again) == len(alive)
+
+
+def test_nobody_is_judged_dead_right_after_the_beats_come_back() -> None:
+    sight = Sight()
+    assert sight.read(1_000)  # never blind: judge at once
+    sight.failed()  # the beats' master fails over: no one can beat meanwhile
+    assert not sight.read(5_000)
+    assert not sight.read(5_000 + SETTLE_MS - 1)
+    assert sight.read(5_000 + SETTLE_MS)  # everyone alive has beaten again by now
+    # A read that hung through the outage instead of failing counts as blind too.
+    assert not sight.read(9_000, took_ms=ALIVE_MS)
+    assert sight.read(9_000 + SETTLE_MS, took_ms=1)
+
+
+async def test_the_beats_outlive_the_master_that_holds_one_copy(
+    cluster: tuple[RedisClusterProcesses, AgonCluster],
+) -> None:
+    nodes, client = cluster
+    keys = Keys(prefix="dn")
+    assert beat_keys(client, keys) == [keys.processes(), keys.processes_copy()]
+    victim = port_of(client, keys.processes())
+    assert port_of(client, keys.processes_copy()) != victim
+    await beat(client, keys, "engine-a", "engine", "engine")
+    nodes.kill(victim)
+
+    await beat(client, keys, "engine-b", "engine", "engine")  # one copy takes it
+    assert {"engine-a", "engine-b"} <= set(await processes(client, keys))
+    reader = GroupReader(client, [], "g", "c", heartbeats=beat_keys(client, keys))
+    assert await reader.dead_consumers({"engine-a", "engine-b", "gone"}) == {"gone"}
