@@ -75,6 +75,18 @@ async def view(client: TestClient, game_id: str, **params: Any) -> dict[str, Any
     return got
 
 
+async def ended(client: TestClient, game_id: str, timeout_s: float = 90.0) -> dict[str, Any]:
+    """The game's view once it ended; fails the test when it does not within `timeout_s`."""
+
+    async def check() -> dict[str, Any] | None:
+        v = await view(client, game_id)
+        return v if v["status"] == "ended" else None
+
+    final: dict[str, Any] = await until(check, timeout_s=timeout_s)
+    assert final, f"game {game_id} did not end"
+    return final
+
+
 async def play_out(client: TestClient, game_id: str, token: str, seat: int = 1) -> dict[str, Any]:
     """Play `seat`'s first legal move whenever it is to move, until the game ends."""
     while True:

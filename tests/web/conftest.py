@@ -16,6 +16,7 @@ from tests.support.browser import Site, chromium, fresh_page, serving
 from tests.support.gateway import Arena
 
 DESKTOP: ViewportSize = {"width": 1280, "height": 860}
+PHONE: ViewportSize = {"width": 390, "height": 844}
 
 
 @pytest.fixture

@@ -41,23 +41,12 @@ from tests.support.browser import (
     slow_bot,
     surplus_display,
 )
-from tests.support.gateway import Arena, new_game, until, view
+from tests.support.gateway import Arena, ended, new_game, until, view
 
 pytestmark = pytest.mark.timeout(240)
 
 BOTS = [{"bot": "random"}, {"bot": "random"}]
 HUMANS = [{"human": {}}, {"human": {}}]
-
-
-async def ended(client: TestClient, game_id: str) -> dict[str, Any]:
-    final: dict[str, Any] = await until(lambda: _if_ended(client, game_id), timeout_s=90)
-    assert final, f"game {game_id} did not end"
-    return final
-
-
-async def _if_ended(client: TestClient, game_id: str) -> dict[str, Any] | None:
-    v = await view(client, game_id)
-    return v if v["status"] == "ended" else None
 
 
 async def play(client: TestClient, game_id: str, token: str, move: str) -> None:

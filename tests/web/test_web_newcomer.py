@@ -34,14 +34,13 @@ from tests.support.browser import (
     shown_ply,
     slow_bot,
 )
-from tests.support.gateway import new_game, until, view
-from tests.web.conftest import DESKTOP
+from tests.support.gateway import ended, new_game, until, view
+from tests.web.conftest import DESKTOP, PHONE
 
 pytestmark = pytest.mark.timeout(240)
 
 BOTS = [{"bot": "random"}, {"bot": "random"}]
 HUMANS = [{"human": {}}, {"human": {}}]
-PHONE = {"width": 390, "height": 844}
 #: any error the page logs fails the test (tests/web/conftest.py)
 CONSOLE_ERRORS = True
 
@@ -60,16 +59,6 @@ async def shots(page: Page, name: str) -> None:
     await page.emulate_media(color_scheme="light")
     assert size is not None
     await page.set_viewport_size(size)
-
-
-async def ended(client: TestClient, game_id: str) -> dict[str, Any]:
-    async def check() -> dict[str, Any] | None:
-        v = await view(client, game_id)
-        return v if v["status"] == "ended" else None
-
-    final: dict[str, Any] = await until(check, timeout_s=90)
-    assert final, f"game {game_id} did not end"
-    return final
 
 
 async def play_all(client: TestClient, game_id: str, tokens: list[str], moves: list[str]) -> None:

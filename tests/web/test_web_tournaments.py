@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
-from playwright.async_api import Page, ViewportSize
+from playwright.async_api import Page
 
 from schemas.tournaments import SprtSpec, TournamentSpec, new_tournament_id
 from services.bus.keys import Keys
@@ -25,12 +25,11 @@ from services.bus.text import now_ms
 from services.tournament.store import TournamentStore
 from tests.support.browser import SCREENSHOTS, Site
 from tests.support.gateway import Arena, running_arena, until
-from tests.web.conftest import DESKTOP
+from tests.web.conftest import DESKTOP, PHONE
 
 pytestmark = pytest.mark.timeout(180)
 
 BOTS = ["random", "random.2", "greedy"]
-PHONE: ViewportSize = {"width": 390, "height": 844}
 #: any error the page logs fails the test (tests/web/conftest.py)
 CONSOLE_ERRORS = True
 
