@@ -71,7 +71,11 @@ class PromptWorker(BotWorker):
 
     async def process(self, entries: Sequence[Entry]) -> None:
         turns = [decode_turn(e.data) for e in entries if e.data is not None]
-        for req in await self._delivered(await self._current(turns)):
+        away: set[str] = set()
+        current = await self._delivered(await self._current(turns, away), away)
+        if away:  # a master is away: the batch is read again whole
+            raise TimeoutError(f"games on a master that did not answer: {sorted(away)}")
+        for req in current:
             task = asyncio.create_task(self._reply(req))
             self._going.add(task)
             task.add_done_callback(self._going.discard)

@@ -1106,6 +1106,8 @@ async def audit(redis: Client, keys: Keys, load: Load, tracker: Tracker) -> dict
     logged: dict[tuple[str, int], dict[str, Any]] = {}
     gaps = doubled = unended = missing = 0
     open_ids: list[str] = []
+    known = set(load.created)
+    orphans: list[str] = []
     for lo in range(0, len(games), 200):
         chunk = games[lo : lo + 200]
         pipe = redis.pipeline(transaction=False)
@@ -1120,8 +1122,14 @@ async def audit(redis: Client, keys: Keys, load: Load, tracker: Tracker) -> dict
             plies = Counter(ev["ply"] for _, ev in events if ev["type"] == "move_played")
             doubled += sum(c - 1 for c in plies.values())
             if events[-1][1]["type"] != "game_ended":
-                unended += 1
-                open_ids.append(game_id)
+                # A people's game whose creation answer the client never got (its gateway
+                # died mid-request): nobody holds its tokens, it ends when abandoned.
+                seats = events[0][1].get("seats", [])
+                if game_id not in known and all(s.get("kind") == "human" for s in seats):
+                    orphans.append(game_id)
+                else:
+                    unended += 1
+                    open_ids.append(game_id)
             logged.update(((game_id, s), ev) for s, ev in events)
 
     def moved(game_id: str, seq: int, move: str) -> bool:
@@ -1143,6 +1151,8 @@ async def audit(redis: Client, keys: Keys, load: Load, tracker: Tracker) -> dict
         "logs_missing": missing,
         "games_not_ended": unended,
         "games_not_ended_ids": open_ids[:10],
+        "people_games_unanswered": len(orphans),
+        "people_games_unanswered_ids": orphans[:10],
         "every_game_ended": unended == 0 and missing == 0,
     }
 

@@ -37,7 +37,7 @@ from schemas.codec import FIELD, DecodeError, decode_turn
 from schemas.commands import PlayMove
 from schemas.turns import TurnRequest
 from services.bus.clients import CommandClient
-from services.bus.connection import Client
+from services.bus.connection import TRANSIENT_ERRORS, Client
 from services.bus.consumer import ConsumerOptions, ConsumerSettings, StreamConsumer
 from services.bus.delivery import Deliveries
 from services.bus.keys import WORKERS_GROUP, Keys
@@ -76,6 +76,8 @@ class BotWorker(StreamConsumer):
         self.stale = 0
         self.failed = 0
         self._positions = Positions(self.settings.cache_size)
+        #: turns whose game's master did not answer: answered with the next batch
+        self._held: list[Entry] = []
         #: Starts the turns' clocks; without `clock_key`, `setup` finds the deployment's.
         self.deliveries = Deliveries(redis, keys, clock_key, clock) if clock_key else None
 
@@ -95,22 +97,26 @@ class BotWorker(StreamConsumer):
             **lag,
         }
 
-    def forget(self) -> None:
-        self._positions.clear()
-
     async def process(self, entries: Sequence[Entry]) -> None:
-        requests = []
-        for entry in entries:
+        """Answer a batch of turns, the turns a master held back last time first.
+
+        A turn whose game lives on a master that does not answer (its host died, its
+        replica not yet in charge) is kept for the next batch, unacknowledged: it holds
+        back none of the other games' turns."""
+        turns: list[tuple[Entry, TurnRequest]] = []
+        for entry in [*self._held, *entries]:
             try:
                 if entry.data is None:
                     raise DecodeError("malformed", f"no field {FIELD!r}")
-                requests.append(decode_turn(entry.data))
+                turns.append((entry, decode_turn(entry.data)))
             except DecodeError as exc:
                 # Only the dispatcher writes inboxes: there is nobody to answer.
                 await self.set_aside(entry, f"{exc.code}: {exc.message}")
-        current = await self._delivered(await self._current(requests))
+        away: set[str] = set()
+        requests = [r for _, r in turns]
+        current = await self._delivered(await self._current(requests, away), away)
         loop = asyncio.get_running_loop()
-        sent: list[concurrent.futures.Future[None]] = []
+        sent: list[tuple[str, concurrent.futures.Future[None]]] = []
 
         def think() -> None:
             # One turn after another, each move sent the moment it is chosen; turn i of k
@@ -125,12 +131,29 @@ class BotWorker(StreamConsumer):
                 planned = take_planned_stop_ms()  # when a thinking bot meant to stop
                 if command is not None:
                     coro = self._send(command, self.clock(), planned)
-                    sent.append(asyncio.run_coroutine_threadsafe(coro, loop))
+                    sent.append((req.game_id, asyncio.run_coroutine_threadsafe(coro, loop)))
 
         await asyncio.to_thread(think)
-        await asyncio.gather(*(asyncio.wrap_future(f) for f in sent))
-        self.moves_sent += len(sent)
-        await self.reader.ack(entries)
+        results = await asyncio.gather(
+            *(asyncio.wrap_future(f) for _, f in sent), return_exceptions=True
+        )
+        for (game_id, _), result in zip(sent, results, strict=True):
+            if isinstance(result, TRANSIENT_ERRORS):
+                away.add(game_id)  # answered again, under the same command id
+            elif isinstance(result, BaseException):
+                raise result
+        self.moves_sent += len(sent) - sum(isinstance(r, BaseException) for r in results)
+        self._held = [e for e, r in turns if r.game_id in away]
+        await self.reader.ack([e for e, r in turns if r.game_id not in away])
+
+    async def tick(self) -> None:
+        """Answer the turns a master held back, also while no new turn comes."""
+        if self._held:
+            await self.process([])
+
+    def forget(self) -> None:
+        self._positions.clear()
+        self._held = []  # a failed batch is read again whole, these with it
 
     async def _send(self, command: PlayMove, chosen: int, planned: int | None) -> None:
         """Send the move chosen at `chosen`: how long that took is the platform's lag, and
@@ -145,14 +168,18 @@ class BotWorker(StreamConsumer):
         if planned is not None:
             OVERHEAD.observe(arrived - planned)
 
-    async def _delivered(self, requests: list[TurnRequest]) -> list[TurnRequest]:
+    async def _delivered(self, requests: list[TurnRequest], away: set[str]) -> list[TurnRequest]:
         """The requests as they reach the bot now: their clocks start (the deadline and
-        stamp given from now), or they are dropped when their clocks were claimed first."""
+        stamp given from now), or they are dropped when their clocks were claimed first
+        (or kept for later, in `away`, when their master did not answer)."""
         if self.deliveries is None:
             await self.setup()
         assert self.deliveries is not None
         out = []
-        for r, d in zip(requests, await self.deliveries.deliver(requests), strict=True):
+        delivered = await self.deliveries.deliver(requests, away=away)
+        for r, d in zip(requests, delivered, strict=True):
+            if r.game_id in away:
+                continue
             if d is None:
                 self.stale += 1
             elif not r.allowance:
@@ -161,15 +188,23 @@ class BotWorker(StreamConsumer):
                 out.append(r.model_copy(update={"deadline": d.deadline, "clock": d.clock}))
         return out
 
-    async def _current(self, requests: list[TurnRequest]) -> list[TurnRequest]:
-        """The requests still worth answering: the log still at their seq."""
+    async def _current(self, requests: list[TurnRequest], away: set[str]) -> list[TurnRequest]:
+        """The requests still worth answering: the log still at their seq (a game whose
+        master did not answer goes to `away`)."""
         latest = {(r.game_id, r.seq): r for r in requests}
         pipe = self.redis.pipeline(transaction=False)
         for game_id, _ in latest:
             pipe.xlen(self.keys.log(game_id))
-        heads: list[Any] = await pipe.execute() if latest else []
-        out = [r for r, head in zip(latest.values(), heads, strict=True) if int(head) == r.seq]
-        self.stale += len(requests) - len(out)
+        heads: list[Any] = await pipe.execute(raise_on_error=False) if latest else []
+        out = []
+        for r, head in zip(latest.values(), heads, strict=True):
+            if isinstance(head, TRANSIENT_ERRORS):
+                away.add(r.game_id)
+            elif isinstance(head, Exception):
+                raise head
+            elif int(head) == r.seq:
+                out.append(r)
+        self.stale += len(requests) - len(out) - sum(r.game_id in away for r in requests)
         return out
 
     def _answer(self, req: TurnRequest, deadline: int = 0) -> PlayMove | None:

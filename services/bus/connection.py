@@ -174,6 +174,9 @@ NODE_PROBE_S = 0.1
 NODE_WAIT_S = 1.0
 #: How often a cluster client asks which nodes the cluster sees failing.
 WATCH_S = 0.25
+#: How long a node that one master suspects (or whose connection failed) has to answer a
+#: PING before it counts as down.
+PING_WAIT_S = 0.5
 #: How long a node is asked at most (a task per node while it is down).
 NODE_PROBE_MAX_S = 60.0
 #: The pause before a cluster pipeline sends again what met a failover.
@@ -197,10 +200,13 @@ class AgonCluster(RedisCluster):
     (7-8 s, measured). Here:
 
     - **Down, at once.** A watch asks a live master every `WATCH_S` which nodes the cluster
-      flags `fail?`/`fail` (no answer for its node timeout); a connection that fails has the
-      node PINGed. A node that is down has its connections closed (what is in flight fails
-      now) and its commands fail at once, until it answers again or serves no slot (its
-      replica took over: the slots are learnt again every `NODE_PROBE_S` meanwhile).
+      flags `fail` (the masters agreed: no answer for the node timeout): down at once; one
+      it flags `fail?` (its own suspicion: on a starved host a peer that is only slow), or
+      whose connection failed, is PINGed first (`PING_WAIT_S`). A node that is down has
+      its connections closed (what is in flight fails now) and its commands fail at once,
+      until it answers again or serves no slot (its replica took over: the slots are
+      learnt again every `NODE_PROBE_S` meanwhile). A reader that failed on it waits for
+      that, not a fixed pause (`pause_after_failure`).
     - **A pipeline fails only that node's commands** (`_NodeIsolated`); they are sent again
       once their slots moved, else the caller's own retry takes them from there.
     - **A single command waits for the failover** (at most `NODE_WAIT_S` a try, within the
@@ -227,8 +233,8 @@ class AgonCluster(RedisCluster):
 
     async def _watch(self) -> None:
         """Every `WATCH_S`, ask a live master which nodes the cluster sees failing: a master
-        flagged `fail?` (no answer for the cluster's node timeout) or `fail` counts as down
-        at once, its commands in flight fail now rather than at their read timeout, and the
+        flagged `fail` counts as down at once (one flagged `fail?`, once it did not answer
+        a PING), its commands in flight fail now rather than at their read timeout, and the
         slots are learnt again until its replica took over."""
         while True:
             await asyncio.sleep(WATCH_S)
@@ -237,15 +243,16 @@ class AgonCluster(RedisCluster):
                 continue
             node = asking[int(time.monotonic() / WATCH_S) % len(asking)]
             try:
-                raw = await asyncio.wait_for(node.execute_command("CLUSTER NODES"), WATCH_S)
+                async with asyncio.timeout(WATCH_S):
+                    raw = await node.execute_command("CLUSTER NODES")
             except _NO_ANSWER:
                 continue
-            failing = _failing(raw)
             primaries = {n.name: n for n in self.get_primaries()}
-            for name in failing & set(primaries):
-                if name not in self.probes:
+            for name, confirmed in _failing(raw).items():
+                if name in primaries and name not in self.probes:
                     self.nodes_manager.move_node_to_end_of_cached_nodes(name)
-                    self.probes[name] = asyncio.ensure_future(self._probe(primaries[name], False))
+                    probe = self._probe(primaries[name], ask_first=not confirmed)
+                    self.probes[name] = asyncio.ensure_future(probe)
 
     async def aclose(self) -> None:
         """Close every connection; the watch stops (the next `initialize` starts it again)."""
@@ -285,18 +292,20 @@ class AgonCluster(RedisCluster):
             self.nodes_manager.move_node_to_end_of_cached_nodes(node.name)
             self.probes[node.name] = asyncio.ensure_future(self._probe(node))
 
-    async def _ping(self, node: ClusterNode) -> bool:
+    async def _ping(self, node: ClusterNode, timeout_s: float | None = None) -> bool:
         try:
-            await node.execute_command("PING")
+            async with asyncio.timeout(timeout_s):  # no inner task to leave unawaited
+                await node.execute_command("PING")
             return True
-        except _UNREACHABLE:
+        except _NO_ANSWER:
             return False
 
     async def _probe(self, node: ClusterNode, ask_first: bool = True) -> None:
         """Until `node` answers again or serves no slot: it is down. `ask_first`: only once
-        it did not answer a PING (a connection can fail for other reasons)."""
+        it did not answer a PING within `PING_WAIT_S` (a connection can fail for other
+        reasons, and one master may suspect another that is only slow)."""
         me, name = asyncio.current_task(), node.name
-        ping = asyncio.ensure_future(self._ping(node))
+        ping = asyncio.ensure_future(self._ping(node, PING_WAIT_S if ask_first else None))
         try:
             if ask_first and await ping:
                 return  # a connection that failed for another reason (closed by a reset)
@@ -343,16 +352,19 @@ class AgonCluster(RedisCluster):
         return await super()._determine_slot(command, *args)
 
 
-def _failing(raw: Any) -> set[str]:
-    """The nodes (host:port) a CLUSTER NODES answer flags `fail?` or `fail`."""
+def _failing(raw: Any) -> dict[str, bool]:
+    """The nodes (host:port) a CLUSTER NODES answer flags failing: True where the masters
+    agreed (`fail`), False where only the one asked suspects it (`fail?`)."""
     if isinstance(raw, dict):
-        return {str(a).split("@")[0] for a, n in raw.items() if "fail" in str(n.get("flags"))}
-    text = raw.decode() if isinstance(raw, bytes) else str(raw)
-    out = set()
-    for line in text.splitlines():
-        words = line.split()
-        if len(words) > 2 and "fail" in words[2]:
-            out.add(words[1].split("@")[0])
+        flagged = [(str(a), str(n.get("flags"))) for a, n in raw.items()]
+    else:
+        text = raw.decode() if isinstance(raw, bytes) else str(raw)
+        flagged = [(w[1], w[2]) for w in map(str.split, text.splitlines()) if len(w) > 2]
+    out = {}
+    for address, flags in flagged:
+        marks = set(flags.split(","))
+        if marks & {"fail", "fail?"}:
+            out[address.split("@")[0]] = "fail" in marks
     return out
 
 
@@ -512,6 +524,20 @@ async def connect(url: str, *, wait_s: float | None = 30.0, **kwargs: Any) -> Cl
 
 def is_cluster(client: Client) -> bool:
     return isinstance(client, RedisCluster)
+
+
+async def pause_after_failure(client: Client, seconds: float) -> None:
+    """The pause before a command that failed for Redis is tried again: `seconds`, or on a
+    cluster only until every node found failing answers again or its replica took over
+    (at least `RESEND_PAUSE_S`): a failover costs each reader the failover, not the
+    failover and a pause."""
+    probes = list(client.probes.values()) if isinstance(client, AgonCluster) else []
+    if not probes:
+        await asyncio.sleep(seconds)
+        return
+    began = time.monotonic()
+    await asyncio.wait(probes, timeout=seconds)
+    await asyncio.sleep(max(0.0, RESEND_PAUSE_S - (time.monotonic() - began)))
 
 
 async def scan_keys(client: Client, pattern: str, count: int = 1000) -> AsyncIterator[str]:

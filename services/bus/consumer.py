@@ -29,7 +29,7 @@ from typing import Any, ClassVar, TypedDict, Unpack
 
 from schemas.codec import FIELD
 from services.bus import outages
-from services.bus.connection import TRANSIENT_ERRORS, WRITES_REFUSED, Client
+from services.bus.connection import TRANSIENT_ERRORS, WRITES_REFUSED, Client, pause_after_failure
 from services.bus.keys import Keys
 from services.bus.outages import WriteWatch
 from services.bus.ownership import ROUND_S, Ownership
@@ -281,7 +281,9 @@ class StreamConsumer:
         stop = stop or asyncio.Event()
         name = self.reader.consumer
         if self.partition_streams is not None and self.settings.share:
-            self.ownership = Ownership(self.redis, self.keys, self.role, name)
+            self.ownership = Ownership(
+                self.redis, self.keys, self.role, name, replicas=self.replicas
+            )
             await self.reader.set_streams([])
         await self._serve_ready(stop)
         try:
@@ -321,7 +323,7 @@ class StreamConsumer:
                         log.exception("%s: batch failed; retrying", name)
                     self.reader.recover()
                     self.forget()
-                    await asyncio.sleep(RETRY_PAUSE_S)
+                    await pause_after_failure(self.redis, RETRY_PAUSE_S)
             await self.settle()
         finally:
             done.set()

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from schemas.tokens import MAX_GRACE_MS, SEND_GRACE_MS, clock_stamp
-from services.bus.connection import Client
+from services.bus.connection import TRANSIENT_ERRORS, Client
 from services.bus.keys import Keys
 from services.bus.scripts import Script
 from services.bus.text import now_ms
@@ -150,13 +150,19 @@ class Deliveries:
         self.lag = Lag()
 
     async def deliver(
-        self, turns: Sequence[Handover], *, hold: bool = False
+        self,
+        turns: Sequence[Handover],
+        *,
+        hold: bool = False,
+        away: set[str] | None = None,
     ) -> list[Delivered | None]:
         """Each turn as it reaches its bot now, or None when its clock is gone (claimed
         before the turn reached the bot, or its game moved on).
 
         `hold`: the bot is preparing for its first turn in a game (`holdable`): its clock
-        is due only at the latest deadline until the turn itself is delivered."""
+        is due only at the latest deadline until the turn itself is delivered. `away`: a
+        turn whose clock's master did not answer is None too, its game added here (else
+        the call raises)."""
         now = self.clock()
         clocked = [t for t in turns if t.allowance]
         calls = [
@@ -172,7 +178,10 @@ class Deliveries:
             )
             for t in clocked
         ]
-        answers = iter(await _DELIVER.run_many(self.redis, calls) if calls else [])
+        raising = away is None
+        answers = iter(
+            await _DELIVER.run_many(self.redis, calls, raise_on_error=raising) if calls else []
+        )
         out: list[Delivered | None] = []
         for t in turns:
             if not (hold and holdable(t)):
@@ -181,6 +190,12 @@ class Deliveries:
                 out.append(Delivered(0, ""))
                 continue
             answer = next(answers)
+            if isinstance(answer, TRANSIENT_ERRORS) and away is not None:
+                away.add(t.game_id)
+                out.append(None)
+                continue
+            if isinstance(answer, Exception):
+                raise answer
             if answer is None or answer == CLAIMED:
                 self.lag.undelivered += answer == CLAIMED
                 out.append(None)

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from schemas.codec import FIELD_BYTES
-from services.bus.connection import TRANSIENT_ERRORS, Client, is_cluster
+from services.bus.connection import TRANSIENT_ERRORS, Client, is_cluster, pause_after_failure
 from services.bus.keys import Keys
 from services.bus.text import as_text
 
@@ -84,7 +84,7 @@ class FeedTail:
             reply: Any = await self.redis.xread(streams, count=self.count, block=self.block_ms)
         except TRANSIENT_ERRORS as exc:
             log.warning("feed tail: Redis unavailable (%s); retrying", exc)
-            await asyncio.sleep(RETRY_PAUSE_S)
+            await pause_after_failure(self.redis, RETRY_PAUSE_S)
             return []
         out: list[bytes] = []
         for stream, entries in reply or ():

@@ -17,7 +17,9 @@ their partitions and Redis Cluster's masters their slots:
 - **Fencing.** A lease's `epoch` grows each time it changes hands. A write that must come
   from the owner carries the epoch it holds, and the script refuses another
   (`services.engine_service.store`: `Fenced`): an owner that was paused past its lease
-  and resumes cannot write over its successor.
+  and resumes cannot write over its successor. On a replicated Redis a member uses a
+  partition it took only once `replicas` replicas have the new epoch (WAIT, at most
+  `TAKE_WAIT_MS`): a take the failover lost would hand the same epoch to the next taker.
 - **Handover.** A member that takes a partition claims the entries still pending there
   (`GroupReader.claim_strays`): those its predecessor read and never acknowledged.
 - **Another host's death.** A round waits at most `BEATS_WAIT_S` for the beats and
@@ -33,10 +35,11 @@ import asyncio
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from services.bus.connection import Client
 from services.bus.keys import Keys
-from services.bus.presence import Sight, alive, processes
+from services.bus.presence import Sight, alive, ask_each, beat_keys, beats_of, newest
 from services.bus.scripts import UNANSWERED, Call, Script
 from services.bus.text import now_ms
 
@@ -49,6 +52,8 @@ NODE_WAIT_S = 0.3
 LEASE_MS = 1500
 #: How often a member renews its leases and takes or gives up partitions (s).
 ROUND_S = 0.25
+#: How long a take waits for the replicas (ms); one not confirmed is tried next round.
+TAKE_WAIT_MS = 200
 
 # KEYS[1]: the lease. ARGV[1]: the member, ARGV[2]: the lease's length (ms). Renews a
 # lease the member holds, takes one that is free or expired (the epoch grows); returns
@@ -106,13 +111,21 @@ class Ownership:
     """`member`'s share of `kind`'s partitions, held by leases with fencing epochs."""
 
     def __init__(
-        self, redis: Client, keys: Keys, kind: str, member: str, lease_ms: int = LEASE_MS
+        self,
+        redis: Client,
+        keys: Keys,
+        kind: str,
+        member: str,
+        lease_ms: int = LEASE_MS,
+        replicas: int = 0,
     ) -> None:
         self.redis = redis
         self.keys = keys
         self.kind = kind
         self.member = member
         self.lease_ms = lease_ms
+        #: how many replicas must hold a new epoch before the partition is used
+        self.replicas = replicas
         #: the partitions held, with the epoch each was taken under
         self.owned: dict[int, int] = {}
         #: partitions this member took over and gave up, since it started
@@ -127,19 +140,21 @@ class Ownership:
     async def members(self) -> list[str]:
         """The kind's live members, this one among them. While the beats cannot be read,
         and for a moment after (`Sight`), no member it knew is dropped."""
-        began = now_ms()
+        began, copies = now_ms(), beat_keys(self.redis, self.keys)
         try:
-            beats = await asyncio.wait_for(processes(self.redis, self.keys), BEATS_WAIT_S)
+            async with asyncio.timeout(BEATS_WAIT_S):
+                answers = await ask_each(self.redis, copies, "HGETALL")
         except UNANSWERED:
             # The round goes on with the members it knew: its leases must be renewed.
             self.sight.failed()
             if self._members is None:
                 raise
             return self._members
-        now = now_ms()
+        now, beats = now_ms(), beats_of(newest(answers.answers))
         live = {self.member}
         live.update(n for n, b in beats.items() if b.role == self.kind and alive(b, now))
-        if not self.sight.read(now, now - began) and self._members is not None:
+        fresh = answers.fresh((b.time for b in beats.values()), now)
+        if not self.sight.read(now, now - began, fresh) and self._members is not None:
             live.update(self._members)
         self._members = sorted(live)
         return self._members
@@ -160,10 +175,13 @@ class Ownership:
         if giving:
             calls = [self._lease(p, self.member) for p in giving]
             await _RELEASE.run_per_node(self.redis, calls, NODE_WAIT_S)
-        asking = sorted(want)
-        calls = [self._lease(p, self.member, self.lease_ms) for p in asking]
-        answers = await _TAKE.run_per_node(self.redis, calls, NODE_WAIT_S)
-        for p, answer in zip(asking, answers, strict=True):
+        renewing = sorted(want & set(self.owned))
+        taking = sorted(want - set(self.owned))
+        renewed, took = await asyncio.gather(
+            _TAKE.run_per_node(self.redis, self._leases(renewing), NODE_WAIT_S),
+            self._take(taking),
+        )
+        for p, answer in zip([*renewing, *taking], [*renewed, *took], strict=True):
             if isinstance(answer, UNANSWERED):
                 continue  # its master is away: what is held stays held (its epoch fences it)
             if isinstance(answer, Exception):
@@ -194,3 +212,24 @@ class Ownership:
 
     def _lease(self, p: int, *args: str | int) -> Call:
         return [self.keys.lease(p, self.kind)], args
+
+    def _leases(self, partitions: Sequence[int]) -> list[Call]:
+        return [self._lease(p, self.member, self.lease_ms) for p in partitions]
+
+    async def _take(self, partitions: Sequence[int]) -> list[Any]:
+        """TAKE each of `partitions`; on a replicated Redis an epoch the replicas did not
+        confirm counts as unanswered (the next round asks again: the lease is this
+        member's by then, the same epoch comes back)."""
+        calls = self._leases(partitions)
+        if not calls or not self.replicas:
+            return await _TAKE.run_per_node(self.redis, calls, NODE_WAIT_S)
+        try:
+            async with asyncio.timeout(NODE_WAIT_S + TAKE_WAIT_MS / 1000):
+                answers = await _TAKE.run_replicated(self.redis, calls, self.replicas, TAKE_WAIT_MS)
+        except UNANSWERED as exc:
+            return [exc] * len(calls)
+        unconfirmed = TimeoutError(f"a take not confirmed by {self.replicas} replica(s)")
+        return [
+            answer if confirmed or isinstance(answer, Exception) or not answer else unconfirmed
+            for answer, confirmed in answers
+        ]

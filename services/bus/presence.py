@@ -111,9 +111,10 @@ SETTLE_MS = 600
 class Sight:
     """Whether a reader of the beats may judge who is dead by them now.
 
-    The beats live in one key. While it cannot be read (its master failing over), no
-    process can beat either; when it comes back every beat is as old as the outage, the
-    live ones' too. A reader that failed to read the beats waits `SETTLE_MS` after reading
+    The beats live in one key (on a cluster, two copies). While it cannot be read (its
+    master failing over), no process can beat either; when it comes back every beat is as
+    old as the outage, the live ones' too. A reader that failed to read the beats, or read
+    only some copies (`Answers.fresh`), waits `SETTLE_MS` after reading
     them again before it takes anyone's work: only the dead have not beaten again by then.
     """
 
@@ -125,9 +126,13 @@ class Sight:
         """A read of the beats failed (Redis away)."""
         self.blind = True
 
-    def read(self, now: int, took_ms: int = 0) -> bool:
+    def read(self, now: int, took_ms: int = 0, fresh: bool = True) -> bool:
         """The beats were read at `now`, in `took_ms`: whether they may say who is dead. A
-        read that took half of `ALIVE_MS` or longer waited out an outage: as blind."""
+        read that took half of `ALIVE_MS` or longer waited out an outage: as blind; so is
+        one that is not `fresh` (`Answers.fresh`)."""
+        if not fresh:
+            self.blind = True
+            return False
         if self.blind or took_ms >= ALIVE_MS // 2:
             self.blind, self.settled_at = False, now + SETTLE_MS
         return now >= self.settled_at
@@ -154,14 +159,30 @@ def beat_keys(redis: Client, keys: Keys) -> list[str]:
     return [keys.processes()]
 
 
-async def on_each(redis: Client, keys: Sequence[str], command: str, *args: Any) -> list[Any]:
+@dataclass(slots=True)
+class Answers:
+    """What the copies of the beats answered (`ask_each`)."""
+
+    answers: list[Any]
+    #: how many copies were asked
+    asked: int
+
+    def fresh(self, times: Iterable[int], now: int) -> bool:
+        """Whether beats (their `times`) read from these answers may say who is dead: every
+        copy answered, or one that did holds a beat younger than half `ALIVE_MS`. Every
+        live process beats each `EVERY_S`; a copy nobody could write to (a replica promoted
+        after its master died) holds none, and judged alone it finds every process dead."""
+        return len(self.answers) >= self.asked or now - max(times, default=0) < ALIVE_MS // 2
+
+
+async def ask_each(redis: Client, keys: Sequence[str], command: str, *args: Any) -> Answers:
     """`command key *args` on each of `keys` (the copies of the beats) at once; the answers
     of those that answered. Once one answered, the others get `COPY_GRACE_S` more: a copy
     whose master died must not hold a beat (or its reader) for a read timeout. Raises only
     when none answered."""
     calls = [asyncio.ensure_future(redis.execute_command(command, k, *args)) for k in keys]
     if len(calls) == 1:
-        return [await calls[0]]
+        return Answers([await calls[0]], 1)
     pending: set[asyncio.Future[Any]] = set(calls)
     while pending:
         done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -178,7 +199,12 @@ async def on_each(redis: Client, keys: Sequence[str], command: str, *args: Any) 
     good = [f.result() for f in calls if f.done() and not f.cancelled() and not f.exception()]
     if not good:
         raise errors[0] if errors else TimeoutError("no copy of the beats answered")
-    return good
+    return Answers(good, len(calls))
+
+
+async def on_each(redis: Client, keys: Sequence[str], command: str, *args: Any) -> list[Any]:
+    """`ask_each`'s answers."""
+    return (await ask_each(redis, keys, command, *args)).answers
 
 
 async def _on_each(redis: Client, keys: Keys, command: str, *args: Any) -> list[Any]:

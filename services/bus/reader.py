@@ -37,15 +37,15 @@ from redis.exceptions import ResponseError
 
 from schemas.codec import FIELD_BYTES
 from services.bus.cache import LRU
-from services.bus.connection import TRANSIENT_ERRORS, Client, is_cluster
+from services.bus.connection import TRANSIENT_ERRORS, Client, is_cluster, pause_after_failure
 from services.bus.presence import (
     ALIVE_MS,
     Beat,
     Sight,
     alive,
+    ask_each,
     group_rows,
     group_totals,
-    on_each,
 )
 from services.bus.scripts import UNANSWERED
 from services.bus.text import as_text, now_ms
@@ -307,7 +307,7 @@ class GroupReader:
                 # Its answer may have been lost with the connection: what Redis delivered
                 # meanwhile is pending with this consumer; read it again.
                 self.recover([stream])
-                await asyncio.sleep(RETRY_PAUSE_S)
+                await pause_after_failure(self.redis, RETRY_PAUSE_S)
                 continue
             entries = self._received(raw)
             if entries:
@@ -417,20 +417,24 @@ class GroupReader:
         """Which of `names` have no fresh heartbeat."""
         if not names:
             return set()
-        ordered, began = sorted(names), now_ms()
+        # Its own beat too: whether a copy that answered alone is one anybody writes to.
+        ordered, began = sorted(names | {self.consumer}), now_ms()
         try:
-            copies = await on_each(self.redis, self.heartbeats, "HMGET", *ordered)
+            copies = await ask_each(self.redis, self.heartbeats, "HMGET", *ordered)
         except UNANSWERED:
             self.sight.failed()  # every copy of the beats is away
             raise
         now = now_ms()
-        if not self.sight.read(now, now - began):
+        beats = [[Beat.parse(raw) for raw in raws] for raws in zip(*copies.answers, strict=True)]
+        times = (b.time for row in beats for b in row if b is not None)
+        fresh = copies.fresh(times, now)
+        if not self.sight.read(now, now - began, fresh):
             return set()
-        dead = set()
-        for name, *raws in zip(ordered, *copies, strict=True):
-            if not any(alive(Beat.parse(raw), now) for raw in raws):
-                dead.add(name)
-        return dead
+        return {
+            name
+            for name, row in zip(ordered, beats, strict=True)
+            if name in names and not any(alive(b, now) for b in row)
+        }
 
     async def reclaim(self) -> list[Entry]:
         """Take over entries of dead consumers and entries stuck with live ones.

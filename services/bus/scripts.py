@@ -85,10 +85,10 @@ class Script:
 
         async def run(part: list[int]) -> None:
             try:
-                answers = await asyncio.wait_for(
-                    self.run_many(client, [calls[i] for i in part], raise_on_error=False),
-                    timeout_s,
-                )
+                async with asyncio.timeout(timeout_s):
+                    answers = await self.run_many(
+                        client, [calls[i] for i in part], raise_on_error=False
+                    )
             except UNANSWERED as exc:
                 answers = [exc] * len(part)
             for i, answer in zip(part, answers, strict=True):

@@ -31,7 +31,7 @@ from typing import Any
 from schemas.api import EventMessage
 from schemas.codec import DecodeError, unpack
 from services.bus.clients import QueryClient
-from services.bus.connection import TRANSIENT_ERRORS, Client
+from services.bus.connection import TRANSIENT_ERRORS, Client, pause_after_failure
 from services.bus.delivery import Lag
 from services.bus.feeds import FeedTail
 from services.bus.keys import WORKERS_GROUP, Keys
@@ -419,7 +419,7 @@ class TurnReader:
                     await self._read_once()
                 except TRANSIENT_ERRORS as exc:
                     log.warning("bot inbox reader: Redis unavailable (%s); retrying", exc)
-                    await asyncio.sleep(RETRY_PAUSE_S)
+                    await pause_after_failure(self.redis, RETRY_PAUSE_S)
                 except Exception as exc:  # a reader that dies would silence every bot here
                     log.warning("bot inbox reader failed (%s); resuming", exc)
                     await asyncio.sleep(RETRY_PAUSE_S)

@@ -13,6 +13,8 @@ Each test is the attack on one of these: a master SIGKILLed with no replica to t
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,10 +22,23 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from services.bus.connection import AgonCluster, connect
-from services.bus.keys import Keys
-from services.bus.presence import ALIVE_MS, SETTLE_MS, Sight, beat, beat_keys, processes
+from bots.worker import BotWorker
+from schemas.codec import FIELD, FIELD_BYTES, decode_command, decode_turn, encode
+from schemas.tokens import bot_token
+from schemas.turns import TurnRequest
+from services.bus.connection import AgonCluster, _failing, connect, pause_after_failure
+from services.bus.keys import WORKERS_GROUP, Keys
+from services.bus.presence import (
+    ALIVE_MS,
+    SETTLE_MS,
+    Sight,
+    beat,
+    beat_keys,
+    beat_value,
+    processes,
+)
 from services.bus.reader import GroupReader
+from services.bus.text import now_ms
 from tests.support.cluster import RedisClusterProcesses
 
 TAGS = range(12)
@@ -144,3 +159,92 @@ async def test_the_beats_outlive_the_master_that_holds_one_copy(
     assert {"engine-a", "engine-b"} <= set(await processes(client, keys))
     reader = GroupReader(client, [], "g", "c", heartbeats=beat_keys(client, keys))
     assert await reader.dead_consumers({"engine-a", "engine-b", "gone"}) == {"gone"}
+
+
+async def test_a_copy_of_the_beats_that_answers_alone_with_old_beats_judges_nobody(
+    cluster: tuple[RedisClusterProcesses, AgonCluster],
+) -> None:
+    """The master of one copy died; the copy that answers is a replica promoted after its
+    own master died, holding beats as old as that failover. Judged by it alone, every
+    process is dead (and every member takes every partition whose lease lapsed meanwhile)."""
+    nodes, client = cluster
+    keys = Keys(prefix="stale")
+    stale, live = keys.processes(), keys.processes_copy()
+    victim = port_of(client, live)
+    old = now_ms() - 3 * ALIVE_MS
+    for name in ("engine-a", "engine-b", "reader"):
+        value = json.loads(beat_value("engine", "g"))
+        await client.hset(stale, name, json.dumps({**value, "time": old}))
+    nodes.kill(victim)
+    reader = GroupReader(client, [], "g", "reader", heartbeats=beat_keys(client, keys))
+    assert await reader.dead_consumers({"engine-a", "engine-b"}) == set()
+    # Once the copy holds fresh beats (the reader's own), it judges again, after the settle.
+    await asyncio.sleep(SETTLE_MS / 1000)
+    await beat(client, keys, "reader", "engine", "g")
+    assert await reader.dead_consumers({"engine-a", "engine-b"}) == set()  # settling
+    await asyncio.sleep(SETTLE_MS / 1000)
+    await beat(client, keys, "reader", "engine", "g")
+    assert await reader.dead_consumers({"engine-a", "engine-b"}) == {"engine-a", "engine-b"}
+
+
+async def test_a_bot_worker_answers_the_games_of_live_masters_and_holds_the_dead_ones(
+    cluster: tuple[RedisClusterProcesses, AgonCluster],
+) -> None:
+    """One inbox carries every game's turns; a turn whose game's master died is kept for
+    later, unacknowledged, and holds back none of the others (it held back the whole
+    batch, every game of the bot, until the failover)."""
+    nodes, client = cluster
+    keys = Keys(prefix="held")
+    inbox = port_of(client, keys.bot_turns("random"))
+    logs = {f"g{i}": port_of(client, keys.log(f"g{i}")) for i in range(64)}
+    victim = next(port for port in nodes.ports[1:] if port != inbox)
+    dead = next(g for g, port in logs.items() if port == victim)
+    live = next(g for g, port in logs.items() if port != victim)
+    worker = BotWorker(client, "random", keys, clock_key=b"k" * 32)
+    await worker.setup()
+    for game_id in (dead, live):
+        await client.xadd(keys.log(game_id), {"e": "1"})  # the log at seq 1: its turn is due
+        turn = TurnRequest(
+            game_id=game_id, game="teeko", options={}, moves=[], seq=1, seat=1, colour=1,
+            bot="random", token=bot_token(b"s" * 32, game_id, 1),
+        )  # fmt: skip
+        await client.xadd(keys.bot_turns("random"), {FIELD: encode(turn)})
+    nodes.kill(victim)
+
+    await worker.drain()
+    sent = await client.xrange(keys.commands_for(live))
+    assert [decode_command(f[FIELD_BYTES]).game_id for _, f in sent] == [live]
+    pending = await client.xpending(keys.bot_turns("random"), WORKERS_GROUP)
+    assert pending["pending"] == 1, "the dead master's turn was acknowledged, or the live one not"
+    assert [decode_turn(e.data).game_id for e in worker._held if e.data] == [dead]
+
+
+def test_only_a_failure_the_masters_agreed_on_counts_without_asking_the_node() -> None:
+    """`fail` (the masters agreed) marks a node down at once; `fail?` (one master's
+    suspicion: on a starved host, a slow peer) only has it PINGed first."""
+    nodes = (
+        "07c3 10.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460\n"
+        "67ed 10.0.0.2:7001@17001 master,fail? - 0 0 2 connected 5461-10922\n"
+        "292f 10.0.0.3:7002@17002 master,fail - 0 0 3 connected 10923-16383\n"
+        "6ec2 10.0.0.4:7003@17003 slave 292f 0 0 3 connected\n"
+    )
+    assert _failing(nodes.encode()) == {"10.0.0.2:7001": False, "10.0.0.3:7002": True}
+    parsed = {
+        "10.0.0.1:7000@17000": {"flags": "myself,master"},
+        "10.0.0.2:7001@17001": {"flags": "master,fail?"},
+    }
+    assert _failing(parsed) == {"10.0.0.2:7001": False}
+
+
+async def test_a_reader_that_failed_on_a_node_waits_for_its_probe_not_a_fixed_pause(
+    cluster: tuple[RedisClusterProcesses, AgonCluster],
+) -> None:
+    """A connection failed on a master that still answers: the pause before reading again
+    ends with the probe's PING, not after the caller's whole pause."""
+    _, client = cluster
+    node = client.get_primaries()[1]
+    client.node_failed(node)
+    began = time.monotonic()
+    await pause_after_failure(client, 60.0)
+    assert time.monotonic() - began < 30.0, "waited the whole pause"
+    assert not client.is_down(node) and not client.probes

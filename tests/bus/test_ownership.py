@@ -2,9 +2,10 @@
 
 Members of a kind divide the partitions (`services.bus.ownership`): disjoint shares that
 cover every partition, a joining member takes only its share, a dead member's partitions
-move within two seconds, and an owner that lost its lease cannot write (the attack: an
-engine paused past its lease resumes and commits). End to end, two engines serve the
-games with no append conflict, and one of them stopping moves its share to the other.
+move within two seconds, a take counts once the replicas have it, and an owner that lost
+its lease cannot write (the attack: an engine paused past its lease resumes and commits).
+End to end, two engines serve the games with no append conflict, and one of them stopping
+moves its share to the other.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from services.bus.presence import beat
 from services.cli.pipeline import ServiceSet, create_games, wait_until_ended
 from services.engine_service import EngineService, EventStore
 from services.engine_service.store import Commit, Fenced
+from tests.conftest import PrimaryAndReplica
 
 
 async def members(redis: aioredis.Redis, keys: Keys, *names: str) -> list[Ownership]:
@@ -115,6 +117,26 @@ async def test_an_owner_paused_past_its_lease_cannot_write_after_it_resumes(
     new = EventStore(redis, keys, fence=b.epoch)
     (result,) = await new.commit_many([commit])
     assert not isinstance(result, Exception) and result.head == 1
+
+
+async def test_a_take_the_replicas_have_not_confirmed_is_not_used(
+    primary_and_replica: PrimaryAndReplica,
+) -> None:
+    """The attack on fencing across a failover: a member takes a partition on the primary,
+    the primary dies before its replica has the new epoch, and the next taker is handed
+    the same epoch: two owners the fence cannot tell apart. A take counts only once the
+    replicas have it."""
+    pair = primary_and_replica
+    keys = Keys(prefix="lease")
+    await beat(pair.redis, keys, "engine-a", ENGINE_GROUP, ENGINE_GROUP)
+    a = Ownership(pair.redis, keys, ENGINE_GROUP, "engine-a", replicas=1)
+    change = await a.round()  # no replica follows the primary yet
+    assert a.owned == {} and change.taken == [], "used an epoch only the primary holds"
+    await pair.follow()
+    change = await a.round()
+    assert set(a.owned) == set(change.taken) == set(keys.all_partitions())
+    for p, epoch in a.owned.items():
+        assert int(await pair.replica.hget(keys.lease(p, ENGINE_GROUP), "epoch")) == epoch
 
 
 async def test_two_engines_serve_every_game_without_a_conflict_and_one_leaving_hands_over(
