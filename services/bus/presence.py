@@ -114,7 +114,7 @@ class Sight:
     The beats live in one key (on a cluster, two copies). While it cannot be read (its
     master failing over), no process can beat either; when it comes back every beat is as
     old as the outage, the live ones' too. A reader that failed to read the beats, or read
-    only some copies (`Answers.fresh`), waits `SETTLE_MS` after reading
+    only a copy nobody wrote to meanwhile (`Answers.fresh`), waits `SETTLE_MS` after reading
     them again before it takes anyone's work: only the dead have not beaten again by then.
     """
 
