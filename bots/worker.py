@@ -104,7 +104,9 @@ class BotWorker(StreamConsumer):
         replica not yet in charge) is kept for the next batch, unacknowledged: it holds
         back none of the other games' turns."""
         turns: list[tuple[Entry, TurnRequest]] = []
-        for entry in [*self._held, *entries]:
+        # A held turn may come back in the batch too (claimed again): once each.
+        batch = {(e.stream, e.entry_id): e for e in [*self._held, *entries]}
+        for entry in batch.values():
             try:
                 if entry.data is None:
                     raise DecodeError("malformed", f"no field {FIELD!r}")

@@ -217,6 +217,9 @@ async def test_a_bot_worker_answers_the_games_of_live_masters_and_holds_the_dead
     pending = await client.xpending(keys.bot_turns("random"), WORKERS_GROUP)
     assert pending["pending"] == 1, "the dead master's turn was acknowledged, or the live one not"
     assert [decode_turn(e.data).game_id for e in worker._held if e.data] == [dead]
+    # Claimed again while held (idle past the claim time): still held once, not twice.
+    await worker.process(list(worker._held))
+    assert [decode_turn(e.data).game_id for e in worker._held if e.data] == [dead]
 
 
 def test_only_a_failure_the_masters_agreed_on_counts_without_asking_the_node() -> None:
