@@ -181,14 +181,21 @@ async def bot_games(
 
 
 async def unfinished(redis: Client, keys: Keys, game_ids: Sequence[str], within_s: float) -> int:
-    """How many of the games have not ended (by their views) within `within_s`."""
+    """How many of the games have not ended (by their views) within `within_s`; a read that
+    meets a failover still in progress (play may resume on the other masters first) is
+    read again."""
     query, ids = QueryClient(redis, keys), list(game_ids)
     deadline = time.monotonic() + within_s
     while True:
-        views = await query.views(ids)
-        ids = [gid for gid, v in zip(ids, views, strict=True) if not v or v["status"] != "ended"]
-        if not ids or time.monotonic() > deadline:
-            return len(ids)
+        try:
+            views = await query.views(ids)
+        except RESENT:
+            if time.monotonic() > deadline:
+                raise
+        else:
+            ids = [g for g, v in zip(ids, views, strict=True) if not v or v["status"] != "ended"]
+            if not ids or time.monotonic() > deadline:
+                return len(ids)
         await asyncio.sleep(0.2)
 
 
