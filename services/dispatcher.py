@@ -154,6 +154,8 @@ class Dispatcher(StreamConsumer):
         self.timeouts_claimed = 0
         self.unserved_aborted = 0
         self.undelivered = 0
+        #: clocks set again for a spell they ran through (`services.bus.outages`)
+        self.rearmed = 0
         self.query = QueryClient(redis, self.keys)
         cache_size = self.settings.cache_size
         self._cache: LRU[str, GameFold] = LRU(cache_size)
@@ -173,6 +175,7 @@ class Dispatcher(StreamConsumer):
             "timeouts": self.timeouts_claimed,
             "aborted_unserved": self.unserved_aborted,
             "undelivered": self.undelivered,
+            "rearmed": self.rearmed,
             "set_aside": self.entries_set_aside,
         }
 
@@ -388,10 +391,14 @@ class Dispatcher(StreamConsumer):
             return 0
         calls = []
         served: dict[str, bool] = {}  # bot -> has a live worker, asked once per sweep
-        spells = await outages.spells(self.redis, self.keys)
+        read = await outages.partition_spells(self.redis, self.keys, [None, *(p for p, _ in due)])
+        for away, partitions in self.spells_unwritten:
+            for p in partitions:
+                read.setdefault(p, []).append(away)
         recheck = self.clock() + RECHECK_MS
         for p, members in due:
             args: list[Any] = [FIELD]
+            spells = sorted([*read[None], *read.get(p, ())])  # every partition's, and p's
             for member, due_at in members:
                 gid, seq, kind, deadline = _clock_member(member, due_at)
                 if kind and not await self._still_at(p, member, gid, seq):
@@ -491,6 +498,7 @@ class Dispatcher(StreamConsumer):
         if g.seats[g.to_move - 1]["kind"] == "bot":
             writes.append(self._turn_request(g, later))
         await self._send(writes)
+        self.rearmed += 1
         log.info(
             "dispatcher: game %s's clock ran through a spell of refused writes: %d ms more",
             gid,

@@ -24,6 +24,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from itertools import chain
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -179,6 +180,9 @@ WATCH_S = 0.25
 PING_WAIT_S = 0.5
 #: How long a node is asked at most (a task per node while it is down).
 NODE_PROBE_MAX_S = 60.0
+#: How long before a node counted down an outage may have begun, at most (ms): the cluster
+#: hears from each node every few node timeouts.
+HEARD_MAX_MS = 10_000
 #: The pause before a cluster pipeline sends again what met a failover.
 RESEND_PAUSE_S = 0.05
 #: What a cluster pipeline sends again, after learning where the slots are now.
@@ -224,12 +228,48 @@ class AgonCluster(RedisCluster):
         self.down: set[str] = set()
         self._refreshing: asyncio.Task[None] | None = None
         self._watching: asyncio.Future[None] | None = None
+        self._closing: set[asyncio.Future[None]] = set()
+        #: per node, when the cluster last heard from it (ms; the watch's CLUSTER NODES)
+        self.heard: dict[str, int] = {}
+        #: called with each spell (start, end: ms) in which a master did not answer and
+        #: the slots it served then (`services.bus.outages`: no move clock runs in them)
+        self.outage_hooks: list[Callable[[tuple[int, int], frozenset[int]], None]] = []
 
     async def initialize(self, *args: Any, **kwargs: Any) -> AgonCluster:
-        await super().initialize(*args, **kwargs)
+        """Learn the nodes and slots (and, the first time, the commands). After a failure
+        redis-py asks its default node for the commands again, and when that node is the
+        dead one the whole client fails and closes every connection: the commands a
+        server knows do not change, so only the slots are learnt again."""
+        if not (self._initialize and self.commands_parser.commands):
+            await super().initialize(*args, **kwargs)
+        else:
+            self._lock = self._lock or asyncio.Lock()
+            async with self._lock:
+                if self._initialize:
+                    await self.nodes_manager.initialize(*args, **kwargs)
+                    self.commands_parser.node = self.nodes_manager.default_node
+                    self._initialize = False
         if self._watching is None or self._watching.done():
             self._watching = asyncio.ensure_future(self._watch())
         return self
+
+    def _close_if_dropped(self, node: ClusterNode) -> None:
+        """Closes `node`'s connections if the client no longer knows it (it dropped out of
+        the slots: a dead master its replica replaced). A probe's PING to a node that came
+        back (as a replica, known under a new object) would stay open, owned by nobody."""
+        manager = self.nodes_manager
+        if all(
+            n is not node
+            for n in chain(manager.nodes_cache.values(), manager.startup_nodes.values())
+        ):
+            task = asyncio.ensure_future(node.disconnect())
+            self._closing.add(task)
+            task.add_done_callback(self._closed)
+
+    def _closed(self, task: asyncio.Future[None]) -> None:
+        self._closing.discard(task)
+        if not task.cancelled():
+            task.exception()
 
     async def _watch(self) -> None:
         """Every `WATCH_S`, ask a live master which nodes the cluster sees failing: a master
@@ -248,6 +288,9 @@ class AgonCluster(RedisCluster):
             except _NO_ANSWER:
                 continue
             primaries = {n.name: n for n in self.get_primaries()}
+            for name, (_, pong) in _nodes(raw).items():
+                if pong:
+                    self.heard[name] = pong
             for name, confirmed in _failing(raw).items():
                 if name in primaries and name not in self.probes:
                     self.nodes_manager.move_node_to_end_of_cached_nodes(name)
@@ -256,9 +299,14 @@ class AgonCluster(RedisCluster):
 
     async def aclose(self) -> None:
         """Close every connection; the watch stops (the next `initialize` starts it again)."""
-        for task in [self._watching, *self.probes.values()]:
-            if task is not None:
-                task.cancel()
+        me = asyncio.current_task()
+        tasks = [
+            t for t in (self._watching, *self.probes.values()) if t is not None and t is not me
+        ]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*self._closing, return_exceptions=True)
         await super().aclose()
 
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
@@ -306,10 +354,13 @@ class AgonCluster(RedisCluster):
         reasons, and one master may suspect another that is only slow)."""
         me, name = asyncio.current_task(), node.name
         ping = asyncio.ensure_future(self._ping(node, PING_WAIT_S if ask_first else None))
+        asked, slots = _wall_ms(), self._slots_of(node)
+        down = False
         try:
             if ask_first and await ping:
                 return  # a connection that failed for another reason (closed by a reset)
             self.down.add(name)
+            down = True
             for connection in list(getattr(node, "_connections", ())):
                 with contextlib.suppress(Exception):
                     await connection.disconnect(nowait=True)  # what is in flight fails now
@@ -323,11 +374,28 @@ class AgonCluster(RedisCluster):
                 await self.refresh_slots()
                 if name not in {n.name for n in self.get_primaries()}:
                     return
+        except asyncio.CancelledError:
+            down = False  # the client closes: nothing was learnt of the node
+            raise
         finally:
             ping.cancel()
             if self.probes.get(name) is me:
                 del self.probes[name]
                 self.down.discard(name)
+            self._close_if_dropped(node)
+            if down and slots:
+                # From when the cluster last heard from it (at worst a PING's wait before
+                # this asked, at most `HEARD_MAX_MS`) to now: as wide as the outage could
+                # have been.
+                began = min(self.heard.get(name) or asked, asked - int(PING_WAIT_S * 1000))
+                began = max(began, asked - HEARD_MAX_MS)
+                for hook in self.outage_hooks:
+                    hook((began, _wall_ms()), slots)
+
+    def _slots_of(self, node: ClusterNode) -> frozenset[int]:
+        """The slots `node` serves as far as this client knows."""
+        cache = self.nodes_manager.slots_cache
+        return frozenset(slot for slot, nodes in cache.items() if nodes and nodes[0] is node)
 
     async def refresh_slots(self) -> None:
         """Ask a live node where the slots are now (a failover may have moved them)."""
@@ -352,20 +420,33 @@ class AgonCluster(RedisCluster):
         return await super()._determine_slot(command, *args)
 
 
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _nodes(raw: Any) -> dict[str, tuple[set[str], int]]:
+    """A CLUSTER NODES answer: per node (host:port) its flags and when the node asked last
+    heard from it (pong-recv, ms on that node's clock; 0: not known)."""
+    if isinstance(raw, dict):
+        rows = [(str(a), str(n.get("flags")), n.get("last_pong_rcvd", 0)) for a, n in raw.items()]
+    else:
+        text = raw.decode() if isinstance(raw, bytes) else str(raw)
+        rows = [(w[1], w[2], w[5]) for w in map(str.split, text.splitlines()) if len(w) > 5]
+    out = {}
+    for address, flags, pong in rows:
+        with contextlib.suppress(ValueError):
+            out[address.split("@")[0].split(",")[0]] = (set(flags.split(",")), int(pong))
+    return out
+
+
 def _failing(raw: Any) -> dict[str, bool]:
     """The nodes (host:port) a CLUSTER NODES answer flags failing: True where the masters
     agreed (`fail`), False where only the one asked suspects it (`fail?`)."""
-    if isinstance(raw, dict):
-        flagged = [(str(a), str(n.get("flags"))) for a, n in raw.items()]
-    else:
-        text = raw.decode() if isinstance(raw, bytes) else str(raw)
-        flagged = [(w[1], w[2]) for w in map(str.split, text.splitlines()) if len(w) > 2]
-    out = {}
-    for address, flags in flagged:
-        marks = set(flags.split(","))
-        if marks & {"fail", "fail?"}:
-            out[address.split("@")[0]] = "fail" in marks
-    return out
+    return {
+        name: "fail" in marks
+        for name, (marks, _) in _nodes(raw).items()
+        if marks & {"fail", "fail?"}
+    }
 
 
 class _NodeIsolated(PipelineStrategy):

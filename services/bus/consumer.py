@@ -29,7 +29,13 @@ from typing import Any, ClassVar, TypedDict, Unpack
 
 from schemas.codec import FIELD
 from services.bus import outages
-from services.bus.connection import TRANSIENT_ERRORS, WRITES_REFUSED, Client, pause_after_failure
+from services.bus.connection import (
+    TRANSIENT_ERRORS,
+    WRITES_REFUSED,
+    AgonCluster,
+    Client,
+    pause_after_failure,
+)
 from services.bus.keys import Keys
 from services.bus.outages import WriteWatch
 from services.bus.ownership import ROUND_S, Ownership
@@ -143,6 +149,9 @@ class StreamConsumer:
     #: this member's share of them while it runs (with `settings.share`)
     ownership: Ownership | None = None
     _claiming: asyncio.Future[int] | None = None
+    #: spells a master of the cluster did not answer in, with its partitions, not yet
+    #: written (`services.bus.outages`): the heartbeat writes them
+    spells_unwritten: list[tuple[outages.Spell, list[int]]]
 
     def join(
         self,
@@ -180,6 +189,7 @@ class StreamConsumer:
             max_deliveries=max_deliveries,
         )
         self.write_watch = WriteWatch()
+        self.spells_unwritten = []
 
     async def process(self, entries: Sequence[Entry]) -> None:
         """Write the effects of a batch, then acknowledge it."""
@@ -216,9 +226,29 @@ class StreamConsumer:
     async def setup(self) -> None:
         await self.reader.setup()
 
+    def master_away(self, spell: outages.Spell, slots: frozenset[int]) -> None:
+        """A master of the cluster did not answer during `spell` (it died, and its replica
+        took over): the games of the partitions it served (`slots`) could not be moved
+        meanwhile, and that time is the platform's. Kept here at once (`spell_seen`),
+        written by the next heartbeat."""
+        hit = [p for p in self.keys.all_partitions() if self.keys.slot(p) in slots]
+        if hit:
+            self.spells_unwritten.append((spell, hit))
+            self.spell_seen(spell, hit)
+
+    def spell_seen(self, spell: outages.Spell, partitions: list[int]) -> None:
+        """A kind that judges clocks takes `spell` of `partitions` into account at once
+        (default: nothing)."""
+
     async def heartbeat(self) -> None:
         """Tell the others this consumer is alive (and what it has done); a write, so it
-        also finds out whether Redis takes writes, and records the spell when it did not."""
+        also finds out whether Redis takes writes, and records the spell when it did not.
+        Spells in which a master did not answer are written first."""
+        with contextlib.suppress(*TRANSIENT_ERRORS):  # the next beat tries again
+            while self.spells_unwritten:
+                away, partitions = self.spells_unwritten[0]
+                await outages.record(self.redis, self.keys, away, partitions)
+                self.spells_unwritten.pop(0)
         try:
             share = {} if self.ownership is None else {"partitions": len(self.ownership.owned)}
             await beat(
@@ -286,10 +316,13 @@ class StreamConsumer:
             )
             await self.reader.set_streams([])
         await self._serve_ready(stop)
+        hooks = self.redis.outage_hooks if isinstance(self.redis, AgonCluster) else []
+        hooks.append(self.master_away)
         try:
             async with beating(self.redis, self.keys, name, self.heartbeat):
                 await self._serve(stop)
         finally:
+            hooks.remove(self.master_away)
             log.info("%s stopped", name)
 
     async def _serve(self, stop: asyncio.Event) -> None:

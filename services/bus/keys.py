@@ -86,6 +86,10 @@ class Keys:
     def _p(self, p: int) -> str:
         return f"{self.prefix}:{{{p}}}"
 
+    def slot(self, p: int) -> int:
+        """The Redis Cluster hash slot of partition `p`'s keys."""
+        return key_slot(self._p(p).encode())
+
     def _g(self, game_id: str) -> str:
         return self._p(self.partition(game_id))
 
@@ -130,10 +134,11 @@ class Keys:
         its own hash slot on a cluster."""
         return f"{self.prefix}:quota:{{{action}:{principal}}}"
 
-    def outages(self) -> str:
+    def outages(self, p: int | None = None) -> str:
         """The spells in which Redis refused the platform's writes (`services.bus.outages`):
-        no move clock runs in them."""
-        return f"{self.prefix}:outages"
+        no move clock runs in them. With `p`, those of partition `p` alone (its master
+        did not answer: a failover), kept beside the partition's games."""
+        return f"{self.prefix}:outages" if p is None else f"{self._p(p)}:outages"
 
     def processes(self) -> str:
         """Every consumer's heartbeat: how dead consumers are noticed, and what `status` shows."""

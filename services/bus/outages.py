@@ -10,6 +10,15 @@ adds the paused time (`paused_ms`) to a deadline when it judges a move or a time
 and the dispatcher re-arms a clock that came due in a spell, handing the bot its turn again
 with the time it had left.
 
+A master of a Redis Cluster that dies stops only its own partitions: a bot whose game
+lives there cannot send its move until the master's replica takes over. Every cluster
+client notices (`AgonCluster`: a node it counted down, until it answers again or its
+slots moved), and each consumer that runs on it records the spell for that master's
+partitions alone (`Keys.outages(p)`, beside the partition's games), from when the cluster
+last heard from the master to when its slots were served again. The engine takes such a
+spell into account at once, before it is written; the engine and the dispatcher read
+those of the partitions they judge besides the ones of every partition.
+
 Spells older than `KEEP_MS` are dropped when a new one is written, so the set stays small.
 """
 
@@ -34,20 +43,37 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-async def record(redis: Client, keys: Keys, spell: Spell) -> None:
-    """Write a spell (start, end in ms) and drop the ones older than `KEEP_MS`."""
+async def record(
+    redis: Client, keys: Keys, spell: Spell, partitions: Iterable[int | None] = (None,)
+) -> None:
+    """Write a spell (start, end in ms), for every partition or those of `partitions`
+    (their master did not answer), and drop the ones older than `KEEP_MS`."""
     start, end = spell
     pipe = redis.pipeline(transaction=False)
-    pipe.zadd(keys.outages(), {f"{start}-{end}": end})
-    pipe.zremrangebyscore(keys.outages(), "-inf", end - KEEP_MS)
+    for p in partitions:
+        pipe.zadd(keys.outages(p), {f"{start}-{end}": end})
+        pipe.zremrangebyscore(keys.outages(p), "-inf", end - KEEP_MS)
     await pipe.execute()
 
 
 async def spells(redis: Client, keys: Keys, since: int = 0) -> list[Spell]:
-    """The newest `READ_LIMIT` recorded spells that ended after `since`, oldest first."""
-    members: Any = await redis.zrevrangebyscore(
-        keys.outages(), "+inf", since, start=0, num=READ_LIMIT
-    )
+    """The newest `READ_LIMIT` recorded spells of every partition that ended after `since`,
+    oldest first."""
+    return (await partition_spells(redis, keys, [None], since))[None]
+
+
+async def partition_spells(
+    redis: Client, keys: Keys, partitions: Iterable[int | None], since: int = 0
+) -> dict[int | None, list[Spell]]:
+    """`spells` of each of `partitions` (None: every partition's) in one round trip."""
+    wanted = list(partitions)
+    pipe = redis.pipeline(transaction=False)
+    for p in wanted:
+        pipe.zrevrangebyscore(keys.outages(p), "+inf", since, start=0, num=READ_LIMIT)
+    return dict(zip(wanted, map(_spells, await pipe.execute()), strict=True))
+
+
+def _spells(members: Any) -> list[Spell]:
     out = []
     for member in members:
         start, _, end = (member.decode() if isinstance(member, bytes) else member).partition("-")
@@ -93,4 +119,12 @@ class WriteWatch:
         self.refused_since = None
 
 
-__all__ = ["KEEP_MS", "Spell", "WriteWatch", "paused_ms", "record", "spells"]
+__all__ = [
+    "KEEP_MS",
+    "Spell",
+    "WriteWatch",
+    "partition_spells",
+    "paused_ms",
+    "record",
+    "spells",
+]

@@ -181,17 +181,21 @@ async def ask_each(redis: Client, keys: Sequence[str], command: str, *args: Any)
     whose master died must not hold a beat (or its reader) for a read timeout. Raises only
     when none answered."""
     calls = [asyncio.ensure_future(redis.execute_command(command, k, *args)) for k in keys]
+    for call in calls:  # one left behind (this read cancelled, or given up) fails unreported
+        call.add_done_callback(_seen)
     if len(calls) == 1:
         return Answers([await calls[0]], 1)
     pending: set[asyncio.Future[Any]] = set(calls)
-    while pending:
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        if any(not f.exception() for f in done):
-            if pending:
-                _, pending = await asyncio.wait(pending, timeout=COPY_GRACE_S)
-            break
-    for f in pending:
-        f.cancel()
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if any(not f.exception() for f in done):
+                if pending:
+                    _, pending = await asyncio.wait(pending, timeout=COPY_GRACE_S)
+                break
+    finally:
+        for f in pending:
+            f.cancel()
     errors = [e for f in calls if f.done() and not f.cancelled() and (e := f.exception())]
     for error in errors:
         if not isinstance(error, TRANSIENT_ERRORS):
@@ -200,6 +204,12 @@ async def ask_each(redis: Client, keys: Sequence[str], command: str, *args: Any)
     if not good:
         raise errors[0] if errors else TimeoutError("no copy of the beats answered")
     return Answers(good, len(calls))
+
+
+def _seen(call: asyncio.Future[Any]) -> None:
+    """Marks `call`'s failure as seen: `ask_each` reports what it needs itself."""
+    if not call.cancelled():
+        call.exception()
 
 
 async def on_each(redis: Client, keys: Sequence[str], command: str, *args: Any) -> list[Any]:

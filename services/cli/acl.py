@@ -140,10 +140,13 @@ def grants(prefix: str = DEFAULT_PREFIX, bots: Sequence[str] = ()) -> dict[str, 
     send = Grant("send commands", ("xadd",), write=(commands,))
     feeds = Grant("consume every feed", CONSUMER, both=(feed,))
     read_logs = Grant("fold games from their logs", ("xrange",), read=(log,))
-    # Every consumer records the spells Redis refused its writes; the engine and the
-    # dispatcher read them to pause clocks (`services.bus.outages`).
+    # Every consumer records the spells Redis refused its writes, or a master of the
+    # cluster did not answer (those of its partitions); the engine and the dispatcher read
+    # them to pause clocks (`services.bus.outages`).
     spells = Grant(
-        "outage spells", ("zadd", "zremrangebyscore", "zrevrangebyscore"), both=(k.outages(),)
+        "outage spells",
+        ("zadd", "zremrangebyscore", "zrevrangebyscore"),
+        both=(k.outages(), k.outages(0)),
     )
 
     def share(kind: str) -> Grant:

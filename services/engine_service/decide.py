@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -258,6 +258,10 @@ class Rules:
         #: Spells in which Redis refused the platform's writes (`services.bus.outages`): no
         #: clock runs in them. The engine service keeps them current.
         self.outages: Sequence[tuple[int, int]] = ()
+        #: Those of one partition alone (its master did not answer), by partition, and
+        #: the partition of a game.
+        self.partition_outages: Mapping[int, Sequence[tuple[int, int]]] = {}
+        self.partition_of: Callable[[str], int] | None = None
 
     def decide(
         self, rec: GameRecord | None, cmd: Command, now: int, arrived: int | None = None
@@ -596,8 +600,11 @@ class Rules:
                 given = min(stamped - SEND_GRACE_MS - allowance, arrived)
                 latest = min(stamped, given + allowance + SEND_GRACE_MS, deadline + MAX_GRACE_MS)
                 deadline, start = max(deadline, latest), max(start, given)
-        if deadline and self.outages:
-            paused = paused_ms(self.outages, start, arrived)
+        spells = self.outages
+        if self.partition_of is not None and self.partition_outages:
+            spells = [*spells, *self.partition_outages.get(self.partition_of(fold.game_id), ())]
+        if deadline and spells:
+            paused = paused_ms(spells, start, arrived)
             deadline, start = deadline + paused, start + paused
         return deadline, start
 

@@ -206,6 +206,7 @@ class EngineService(StreamConsumer):
         if self.rules is None:
             self.rules = Rules(await shared_secret(self.redis, self.keys))
         self.rules.warm_up()
+        self.rules.partition_of = self.keys.partition
         await self.store.load_scripts()
 
     def dead_letter_for(self, entry: Entry) -> str:
@@ -221,6 +222,7 @@ class EngineService(StreamConsumer):
 
     def forget_partitions(self, partitions: set[int]) -> None:
         self._cache.drop(lambda gid: self.keys.partition(gid) in partitions)
+        self._outages_due = 0.0  # a partition taken: its spells before its first move
 
     async def settle(self) -> None:
         await self._flushed()
@@ -622,7 +624,21 @@ class EngineService(StreamConsumer):
             return
         self._outages_due = now + OUTAGES_EVERY_S
         assert self.rules is not None, "setup() first"
-        self.rules.outages = await outages.spells(self.redis, self.keys)
+        read = await outages.partition_spells(self.redis, self.keys, [None, *self.partitions()])
+        self.rules.outages = read.pop(None)
+        for spell, partitions in self.spells_unwritten:
+            for p in partitions:
+                read.setdefault(p, []).append(spell)
+        self.rules.partition_outages = {p: spells for p, spells in read.items() if p is not None}
+
+    def spell_seen(self, spell: outages.Spell, partitions: list[int]) -> None:
+        """A master did not answer during `spell`: the moves of its partitions' games are
+        judged with it from now on, before any heartbeat wrote it."""
+        assert self.rules is not None, "setup() first"
+        known = dict(self.rules.partition_outages)
+        for p in partitions:
+            known[p] = [*known.get(p, ()), spell]
+        self.rules.partition_outages = known
 
     def _cache_put(self, rec: GameRecord) -> None:
         self._cache.put(rec.game_id, rec)

@@ -13,12 +13,14 @@ Each test is the attack on one of these: a master SIGKILLed with no replica to t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from redis.asyncio.cluster import ClusterNode
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -26,8 +28,16 @@ from bots.worker import BotWorker
 from schemas.codec import FIELD, FIELD_BYTES, decode_command, decode_turn, encode
 from schemas.tokens import bot_token
 from schemas.turns import TurnRequest
-from services.bus.connection import AgonCluster, _failing, connect, pause_after_failure
+from services.bus.connection import (
+    TRANSIENT_ERRORS,
+    AgonCluster,
+    _failing,
+    _nodes,
+    connect,
+    pause_after_failure,
+)
 from services.bus.keys import WORKERS_GROUP, Keys
+from services.bus.outages import partition_spells
 from services.bus.presence import (
     ALIVE_MS,
     SETTLE_MS,
@@ -39,6 +49,7 @@ from services.bus.presence import (
 )
 from services.bus.reader import GroupReader
 from services.bus.text import now_ms
+from services.projector.live import Projector
 from tests.support.cluster import RedisClusterProcesses
 
 TAGS = range(12)
@@ -227,8 +238,8 @@ def test_only_a_failure_the_masters_agreed_on_counts_without_asking_the_node() -
     suspicion: on a starved host, a slow peer) only has it PINGed first."""
     nodes = (
         "07c3 10.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460\n"
-        "67ed 10.0.0.2:7001@17001 master,fail? - 0 0 2 connected 5461-10922\n"
-        "292f 10.0.0.3:7002@17002 master,fail - 0 0 3 connected 10923-16383\n"
+        "67ed 10.0.0.2:7001@17001 master,fail? - 0 1795000000123 2 connected 5461-10922\n"
+        "292f 10.0.0.3:7002@17002,h3 master,fail - 0 0 3 connected 10923-16383\n"
         "6ec2 10.0.0.4:7003@17003 slave 292f 0 0 3 connected\n"
     )
     assert _failing(nodes.encode()) == {"10.0.0.2:7001": False, "10.0.0.3:7002": True}
@@ -237,6 +248,13 @@ def test_only_a_failure_the_masters_agreed_on_counts_without_asking_the_node() -
         "10.0.0.2:7001@17001": {"flags": "master,fail?"},
     }
     assert _failing(parsed) == {"10.0.0.2:7001": False}
+    # when the node asked last heard from each (an outage of its partitions began then)
+    assert {a: pong for a, (_, pong) in _nodes(nodes).items()} == {
+        "10.0.0.1:7000": 0,
+        "10.0.0.2:7001": 1795000000123,
+        "10.0.0.3:7002": 0,
+        "10.0.0.4:7003": 0,
+    }
 
 
 async def test_a_reader_that_failed_on_a_node_waits_for_its_probe_not_a_fixed_pause(
@@ -251,3 +269,88 @@ async def test_a_reader_that_failed_on_a_node_waits_for_its_probe_not_a_fixed_pa
     await pause_after_failure(client, 60.0)
     assert time.monotonic() - began < 30.0, "waited the whole pause"
     assert not client.is_down(node) and not client.probes
+
+
+async def test_learning_the_slots_again_asks_no_dead_node_for_the_commands(
+    cluster: tuple[RedisClusterProcesses, AgonCluster],
+) -> None:
+    """After a failed command the client learns the slots again. redis-py then also asks
+    its default node for the server's commands, and when that is the dead master the
+    whole client failed and closed every connection, a live master's read in flight too."""
+    nodes, client = cluster
+    keys = [f"dn:{{{t}}}:k" for t in TAGS]
+    for key in keys:
+        await client.set(key, key)
+    victim = victim_of(nodes, client, keys)
+    dead = next(n for n in client.get_primaries() if int(n.port) == victim)
+    cache = client.nodes_manager.nodes_cache
+    for name in [n for n in cache if n != dead.name]:
+        cache[name] = cache.pop(name)  # first in the cache: the default node it picks again
+    client.nodes_manager.default_node = dead
+    live = next(k for k in keys if port_of(client, k) not in (victim, nodes.ports[0]))
+    feed = f"{live}:feed"
+    reading = asyncio.create_task(client.xread({feed: "$"}, block=8000))
+    await asyncio.sleep(0.2)
+    nodes.kill(victim)
+    client._initialize = True  # what a command that failed on the dead master leaves
+    assert await client.get(live) == live.encode()
+    await client.xadd(feed, {"m": b"after"})
+    got: Any = await reading  # its connection was not closed under it
+    assert got and got[0][1][0][1] == {b"m": b"after"}
+
+
+async def test_a_probe_of_a_node_the_client_no_longer_knows_leaves_no_connection_open(
+    cluster: tuple[RedisClusterProcesses, AgonCluster],
+) -> None:
+    """A killed master came back as its replica's replica: the client knows it again under
+    a new object, and the probe's PING that found it answering left the old object's
+    connection open, owned by nobody (a ResourceWarning when collected). Here the node
+    the probe asks is a live master under a name no node reports."""
+    nodes, client = cluster
+    gone = ClusterNode("127.0.0.1", nodes.ports[1], **client.nodes_manager.connection_kwargs)
+    client.node_failed(gone)
+    await asyncio.wait([client.probes[gone.name]], timeout=10)
+    await asyncio.sleep(0.1)
+    assert gone._connections, "the probe asked it"
+    assert not any(c.is_connected for c in gone._connections), "left open"
+
+
+async def test_a_failover_is_a_spell_of_the_dead_masters_partitions_only() -> None:
+    """The time a master took to fail over is the platform's, for the games it held: a
+    consumer that saw it records a spell (`services.bus.outages`) for the partitions that
+    master served, from before it died to after its replica took over, and for no other
+    partition, whose clocks ran on a live master all along."""
+    options = ("--cluster-require-full-coverage", "no")
+    with RedisClusterProcesses(
+        masters=3, replicas=1, node_timeout_ms=1000, options=options
+    ) as nodes:
+        client = await connect(nodes.url)
+        assert isinstance(client, AgonCluster)
+        keys, stop = Keys(prefix="sp"), asyncio.Event()
+        projector = Projector(client, keys, block_ms=100)
+        running = asyncio.create_task(projector.run(stop))
+        try:
+            for _ in range(100):  # ready: reading every partition
+                if len(projector.reader.streams) == keys.partitions:
+                    break
+                await asyncio.sleep(0.1)
+            victim = port_of(client, keys.feed(0))
+            hit = {p for p in keys.all_partitions() if port_of(client, keys.feed(p)) == victim}
+            killed = now_ms()
+            nodes.kill(victim)
+            read: dict[int | None, list[tuple[int, int]]] = {}
+            for _ in range(200):
+                with contextlib.suppress(*TRANSIENT_ERRORS):
+                    read = await partition_spells(client, keys, keys.all_partitions())
+                    if all(read[p] for p in hit):
+                        break
+                await asyncio.sleep(0.1)
+            served = now_ms()
+        finally:
+            stop.set()
+            await running
+            await client.aclose()
+    assert {p for p, spells in read.items() if spells} == hit
+    for p in hit:
+        (began, ended), *_ = read[p]
+        assert began <= killed and killed + 1000 <= ended <= served, (killed, read[p], served)

@@ -19,6 +19,7 @@ import pytest
 from engine import MAX_PLIES, EndRule, Game, Move, Outcome, State, game_names, load_game
 from engine.positions import Positions
 from tests.support.families import family_id, option_families
+from tests.support.source import parse
 
 ENGINE = Path(__file__).resolve().parents[2] / "engine"
 FAMILIES = option_families()
@@ -73,7 +74,7 @@ def test_every_end_rule_is_one_a_game_produces() -> None:
     for path in ENGINE.rglob("*.py"):
         if path.name == "core.py" and path.parent == ENGINE:
             continue  # the definition itself
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parse(path.read_text(encoding="utf-8"))):
             if (
                 isinstance(node, ast.Attribute)
                 and isinstance(node.value, ast.Name)
@@ -147,7 +148,7 @@ def test_the_move_limit_is_defined_once() -> None:
         where = path.relative_to(ENGINE.parent).as_posix()
         if where == "engine/core.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parse(path.read_text(encoding="utf-8"))):
             line = getattr(node, "lineno", 0)
             if isinstance(node, ast.Constant) and node.value == MAX_PLIES:
                 offending.append(f"{where}:{line}: the literal {MAX_PLIES}")

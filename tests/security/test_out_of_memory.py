@@ -30,6 +30,7 @@ from services.dispatcher import RECHECK_MS, TIMEOUT_GRACE_MS, Dispatcher
 from services.engine_service import EngineService
 from services.projector import verify
 from tests.security.attacks import report, scale
+from tests.support.faults import settle
 from tests.support.gateway import Arena, running_arena, until
 
 # An HTTP client connection the gateway dropped while Redis refused writes is collected
@@ -82,6 +83,7 @@ async def test_a_spell_out_of_memory_is_backpressure_and_costs_no_game(
             while time.monotonic() - returned < SETTLE_S and await playing(redis, keys):
                 await asyncio.sleep(0.25)
             stuck = await playing(redis, keys)
+            await settle(redis, keys, set(await games(redis, keys)))  # the views catch up
             reasons = await end_reasons(client)
             dead = [await redis.xlen(keys.dead_letter(p)) for p in keys.all_partitions()]
             dead.append(await redis.xlen(keys.reader_dead_letter()))
@@ -110,14 +112,19 @@ async def test_a_spell_out_of_memory_is_backpressure_and_costs_no_game(
     assert not sum(dead) and not problems, (dead, problems[:3])
 
 
+async def games(redis: Any, keys: Keys) -> list[str]:
+    return [
+        g.decode() for p in keys.all_partitions() for g in await redis.zrange(keys.games(p), 0, -1)
+    ]
+
+
 async def playing(redis: Any, keys: Keys) -> list[str]:
     """Games whose log has not ended."""
     out = []
-    for p in keys.all_partitions():
-        for gid in await redis.zrange(keys.games(p), 0, -1):
-            last = await redis.xrevrange(keys.log(gid.decode()), count=1)
-            if not last or b"game_ended" not in last[0][1][b"m"]:
-                out.append(gid.decode())
+    for gid in await games(redis, keys):
+        last = await redis.xrevrange(keys.log(gid), count=1)
+        if not last or b"game_ended" not in last[0][1][b"m"]:
+            out.append(gid)
     return out
 
 
@@ -164,12 +171,22 @@ async def _reason(client: Any, gid: str) -> str | None:
     return view["result"]["reason"] if view["status"] == "ended" else None
 
 
-async def test_a_claim_refused_for_a_spell_is_claimed_again(redis: aioredis.Redis) -> None:
+@pytest.mark.parametrize("where", ["everywhere", "its partition", "another partition"])
+async def test_a_claim_refused_for_a_spell_is_claimed_again(
+    redis: aioredis.Redis, where: str
+) -> None:
     """The dispatcher claims a clock; a spell of refused writes recorded just then (it had
     not seen it) makes the engine refuse the claim. The clock is not lost: its re-check
     comes due a second later (and is set again for the time the spell took), and a later
-    claim ends the game."""
+    claim ends the game. A spell of one partition (its master failed over) counts for its
+    own games only: one of another partition's does not save this game."""
     keys, clock = Keys(prefix="again"), {"now": 1_800_000_000_000}
+    p = keys.partition("slow")
+    partitions = {
+        "everywhere": [None],
+        "its partition": [p],
+        "another partition": [(p + 1) % keys.partitions],
+    }
     engine = EngineService(redis, keys, clock=lambda: clock["now"])
     dispatcher = Dispatcher(redis, keys, clock=lambda: clock["now"])
     seats = [SeatSpec(kind="human", name="ada"), SeatSpec(kind="bot", name="x")]
@@ -183,8 +200,11 @@ async def test_a_claim_refused_for_a_spell_is_claimed_again(redis: aioredis.Redi
     await dispatcher.drain()
     clock["now"] += 1000 + TIMEOUT_GRACE_MS
     assert await dispatcher.claim_timeouts() == 1
-    await outages.record(redis, keys, (clock["now"] - 600, clock["now"] - 100))
+    await outages.record(redis, keys, (clock["now"] - 600, clock["now"] - 100), partitions[where])
     await engine.drain()
+    if where == "another partition":
+        assert await ended(redis, keys, "slow") == "time_forfeit"
+        return
     assert await ended(redis, keys, "slow") is None, "the claim should lose to the spell"
     for _ in range(5):  # sweeps, a re-check apart
         clock["now"] += RECHECK_MS + TIMEOUT_GRACE_MS
@@ -199,6 +219,7 @@ async def test_a_claim_refused_for_a_spell_is_claimed_again(redis: aioredis.Redi
         f"game ended by {reason} after {claims} claims; {left} clocks left",
     )
     assert (reason, claims, left) == ("time_forfeit", 2, 0)
+    assert dispatcher.rearmed == 1, "the re-check is set again for the spell's time"
 
 
 async def ended(redis: Any, keys: Keys, gid: str) -> str | None:

@@ -45,6 +45,7 @@ from schemas.tokens import (
     late_stamp,
     token_hash,
 )
+from services.bus import outages
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.keys import ENGINE_GROUP, Keys
 from services.engine_service import MAX_DELIVERIES, EngineService, EventStore, GameRecord
@@ -641,6 +642,34 @@ async def test_claim_timeout_only_after_the_deadline(
     end = (await h.log("g1"))[-1]
     assert isinstance(end, GameEnded)
     assert (end.result, end.reason, end.time) == (2, "time_forfeit", 1_002_001)
+
+
+async def test_a_master_outage_pauses_the_clocks_of_its_own_partitions_only(
+    h: Harness, make_engine: Callable[..., EngineService]
+) -> None:
+    """A spell in which one partition's master did not answer (a failover) is the
+    platform's time for that partition's games: their deadlines move by it. A game on
+    another partition, whose master answered all along, gets none of it."""
+    now = [1_000_000]
+    engine = make_engine(clock=lambda: now[0])
+    ids = [f"g{n}" for n in range(64)]
+    away = next(g for g in ids if h.keys.partition(g) == 3)
+    other = next(g for g in ids if h.keys.partition(g) != 3)
+    for gid in (away, other):
+        await h.create(gid, move_time_ms=2000)
+    await engine.drain()
+    await outages.record(h.redis, h.keys, (1_000_500, 1_001_500), [3])
+
+    def claim(gid: str) -> ClaimTimeout:
+        return ClaimTimeout(command_id=h.cid(), reply_to=h.reply_to, game_id=gid, expected_seq=4)
+
+    now[0] += 2100  # 100 ms past both deadlines; one of them ran through the spell
+    kept, ended = await h.send(claim(away)), await h.send(claim(other))
+    await engine.drain()
+    assert "900 ms left" in (await h.reply(kept)).message
+    assert (await h.reply(ended)).seq == 5
+    end = (await h.log(other))[-1]
+    assert isinstance(end, GameEnded) and end.reason == "time_forfeit"
 
 
 async def test_a_time_bank_pays_for_overruns_and_every_move_records_its_time(

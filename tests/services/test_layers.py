@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.source import parse
+
 ROOT = Path(__file__).resolve().parents[2]
 FIRST_PARTY = ("engine", "schemas", "services", "bots", "bench", "tests")
 
@@ -123,7 +125,7 @@ def _text(source: Source, node: ast.AST) -> str:
 def imports_of(source: Source, modules: Iterable[str]) -> Iterator[Import]:
     """Every import in one module's text, resolved to the module it reaches."""
     known = set(modules)
-    tree = ast.parse(source.text, filename=source.path)
+    tree = parse(source.text, filename=source.path)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             statement = _text(source, node)
@@ -273,7 +275,7 @@ def _is_connection(node: ast.expr) -> bool:
 
 def redis_uses(source: Source) -> Iterator[RedisUse]:
     """Where `source` reads the connection out of the app, or calls a method on it."""
-    for node in ast.walk(ast.parse(source.text)):
+    for node in ast.walk(parse(source.text)):
         kind = None
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
             kind = "reads the connection" if _is_redis_key(node.slice) else None
