@@ -180,7 +180,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--move-time",
         type=positive_float,
         default=None,
-        help="bots, clocks: seconds per move (default 0.25 for bots, 0.1 for clocks)",
+        help="bots, clocks, scale: seconds per move (default 0.25 for bots, 0.1 for clocks;"
+        " scale: the bot games have no clock)",
     )
     parser.add_argument(
         "--game",
@@ -261,6 +262,7 @@ def run(args: argparse.Namespace) -> int:
         results = run_scale_bench(
             args.hosts, args.cpu, args.seconds, args.kill_host,
             args.games if args.games is not None else 32, keep_logs=args.keep_logs,
+            move_time=args.move_time,
         )  # fmt: skip
         print_scale_table(results)
     elif args.which == "clocks":

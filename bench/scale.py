@@ -731,9 +731,10 @@ class Load:
 
     def __init__(
         self, redis: Client, keys: Keys, gateways: Gateways, bot_games: int, people_games: int,
-        people_rate: float,
+        people_rate: float, move_time: float | None = None,
     ) -> None:  # fmt: skip
         self.redis = redis
+        self.move_time = move_time
         self.keys = keys
         self.gateways = gateways
         self.bot_target = bot_games
@@ -807,6 +808,8 @@ class Load:
         try:
             seat: dict[str, Any] = {"bot": BOT} if kind == "bots" else {"human": {}}
             body = {"game": GAME, "seats": [seat, seat], "seed": self.rng.randrange(1 << 30)}
+            if kind == "bots" and self.move_time is not None:
+                body["move_time"] = self.move_time
             status, answer = await self.gateways.post("/api/games", body)
             self.outcomes[f"create {status}"] += 1
             if status != 201:
@@ -915,6 +918,8 @@ class Run:
     games: int
     say: Callable[[str], None]
     kill: bool = False
+    #: the bot games' time per move (s; None: unclocked)
+    move_time: float | None = None
 
     async def go(self) -> dict[str, Any]:
         bed, n = self.bed, self.bed.count
@@ -925,7 +930,7 @@ class Run:
         tracker = SeenTracker() if self.kill else Tracker()
         load = Load(
             redis, keys, gateways, self.games * n, PEOPLE_GAMES_PER_HOST * n,
-            PEOPLE_MOVES_PER_HOST_S * n,
+            PEOPLE_MOVES_PER_HOST_S * n, self.move_time,
         )  # fmt: skip
         feeds = Feeds(redis, keys, tracker, load)
         stop = asyncio.Event()
@@ -1082,7 +1087,8 @@ class Run:
         report["verify"] = await verify(bed.hosts[0].url)
         self.say(
             f"{bed.label}: lost {report['acked_lost']}, doubled {report['doubled']}, every game"
-            f" ended: {report['every_game_ended']}, verify {report['verify']['summary']}"
+            f" ended: {report['every_game_ended']} ({report['time_forfeits']} lost on time),"
+            f" verify {report['verify']['summary']}"
         )
         return report
 
@@ -1105,6 +1111,7 @@ async def audit(redis: Client, keys: Keys, load: Load, tracker: Tracker) -> dict
     games = sorted(set(load.created) | {g for g, _ in seen})
     logged: dict[tuple[str, int], dict[str, Any]] = {}
     gaps = doubled = unended = missing = 0
+    endings: Counter[str] = Counter()
     open_ids: list[str] = []
     known = set(load.created)
     orphans: list[str] = []
@@ -1121,7 +1128,9 @@ async def audit(redis: Client, keys: Keys, load: Load, tracker: Tracker) -> dict
             gaps += [s for s, _ in events] != list(range(1, len(events) + 1))
             plies = Counter(ev["ply"] for _, ev in events if ev["type"] == "move_played")
             doubled += sum(c - 1 for c in plies.values())
-            if events[-1][1]["type"] != "game_ended":
+            if events[-1][1]["type"] == "game_ended":
+                endings[str(events[-1][1].get("reason"))] += 1
+            else:
                 # A people's game whose creation answer the client never got (its gateway
                 # died mid-request): nobody holds its tokens, it ends when abandoned.
                 seats = events[0][1].get("seats", [])
@@ -1153,6 +1162,8 @@ async def audit(redis: Client, keys: Keys, load: Load, tracker: Tracker) -> dict
         "games_not_ended_ids": open_ids[:10],
         "people_games_unanswered": len(orphans),
         "people_games_unanswered_ids": orphans[:10],
+        "time_forfeits": endings["time_forfeit"],
+        "endings": dict(endings),
         "every_game_ended": unended == 0 and missing == 0,
     }
 
@@ -1194,6 +1205,7 @@ def run_scale_bench(
     games: int = BOT_GAMES_PER_HOST,
     say: Callable[[str], None] | None = None,
     keep_logs: bool = False,
+    move_time: float | None = None,
 ) -> list[dict[str, Any]]:
     """A row per host count (and one for the kill), then a row about the run ("name": "run")."""
     counts = parse_counts(hosts, "--hosts")
@@ -1203,6 +1215,8 @@ def run_scale_bench(
         raise UsageError(f"--seconds wants a number > 0, got {seconds:g}")
     if games < 1:
         raise UsageError(f"--games wants a whole number ≥ 1, got {games}")
+    if move_time is not None and not move_time > 0:
+        raise UsageError(f"--move-time wants seconds > 0, e.g. 2; got {move_time:g}")
     if kill_host and max(counts) < 3:
         raise UsageError("--kill-host needs 3 hosts or more (each master keeps a replica)")
     say = say or Say()
@@ -1220,7 +1234,7 @@ def run_scale_bench(
             for n, kill in runs:
                 with Testbed(lab, n, cpu, 2 if kill else 1, say, keep_logs) as bed:
                     bed.start()
-                    row = asyncio.run(Run(bed, seconds, games, say, kill).go())
+                    row = asyncio.run(Run(bed, seconds, games, say, kill, move_time).go())
                     row["process_errors"] = bed.errors()
                     if kill:
                         row["name"] += ", one killed"
@@ -1324,7 +1338,8 @@ def print_scale_table(rows: Sequence[dict[str, Any]]) -> None:
                 f" {k['resumed_survivors_s']} s); {k['moves_per_sec_after']:.0f} moves/s after;"
                 f" acknowledged moves lost {k['acked_lost']} of {k['acked_moves']}, feed events"
                 f" lost {k['seen_lost']} of {k['seen_events']}, doubled {k['doubled']}; every"
-                f" game ended: {k['every_game_ended']}; verify {k['verify']['summary']}"
+                f" game ended: {k['every_game_ended']} ({k['time_forfeits']} lost on time);"
+                f" verify {k['verify']['summary']}"
             )
         if r.get("process_errors"):
             lines.append(f"{r['name']}: a process logged errors: {r['process_errors']}")
