@@ -55,7 +55,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -127,6 +127,8 @@ RESUME_TIMEOUT_S = 60.0
 AFTER_KILL_S = 5.0
 DRAIN_TIMEOUT_S = 180.0
 VERIFY_TIMEOUT_S = 600.0
+#: How long a step of a run's cleanup may take before it is given up (and reported).
+CLEANUP_S = 30.0
 #: Hosts using less than this share of their quota were held back by the machine, not it.
 MACHINE_BOUND = 0.85
 _CLONE_NEWNET = 0x40000000
@@ -956,10 +958,14 @@ class Run:
             return row
         finally:
             stop.set()
-            await load.stop()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            async with _bounded(f"{bed.label}: stopping the load", self.say):
+                await load.stop()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            for task in tasks:
+                task.cancel()  # what did not stop in time
             gateways.close()
-            await redis.aclose()
+            async with _bounded(f"{bed.label}: closing the load's Redis client", self.say):
+                await redis.aclose()
 
     async def _sleep(self, seconds: float, tasks: Sequence[asyncio.Task[None]]) -> None:
         """Sleep, raising what a load task died of."""
@@ -1091,6 +1097,25 @@ class Run:
             f" verify {report['verify']['summary']}"
         )
         return report
+
+
+@contextlib.asynccontextmanager
+async def _bounded(what: str, say: Callable[[str], None]) -> AsyncIterator[None]:
+    """At most `CLEANUP_S` for a step of a run's cleanup: one that takes longer is given up,
+    with what every task then waited on (once, in a CI run, the cleanup never ended)."""
+    try:
+        async with asyncio.timeout(CLEANUP_S):
+            yield
+    except TimeoutError:
+        waiting = []
+        for task in asyncio.all_tasks():
+            frames = task.get_stack()
+            if task is not asyncio.current_task() and frames:
+                where = frames[-1]
+                waiting.append(
+                    f"{where.f_code.co_name} ({where.f_code.co_filename}:{where.f_lineno})"
+                )
+        say(f"{what}: given up after {CLEANUP_S:g} s; tasks waiting: {'; '.join(waiting)}")
 
 
 async def _settled(redis: Client, keys: Keys, timeout_s: float = 60.0) -> bool:

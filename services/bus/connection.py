@@ -180,6 +180,8 @@ WATCH_S = 0.25
 PING_WAIT_S = 0.5
 #: How long a node is asked at most (a task per node while it is down).
 NODE_PROBE_MAX_S = 60.0
+#: How long closing waits for the watch, the probes and the connections they close (s).
+CLOSE_WAIT_S = 2.0
 #: How long before a node counted down an outage may have begun, at most (ms): the cluster
 #: hears from each node every few node timeouts.
 HEARD_MAX_MS = 10_000
@@ -305,8 +307,9 @@ class AgonCluster(RedisCluster):
         ]
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await asyncio.gather(*self._closing, return_exceptions=True)
+        for waiting in (tasks, list(self._closing)):
+            if waiting:
+                await asyncio.wait(waiting, timeout=CLOSE_WAIT_S)
         await super().aclose()
 
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
