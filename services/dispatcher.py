@@ -391,10 +391,8 @@ class Dispatcher(StreamConsumer):
             return 0
         calls = []
         served: dict[str, bool] = {}  # bot -> has a live worker, asked once per sweep
-        read = await outages.partition_spells(self.redis, self.keys, [None, *(p for p, _ in due)])
-        for away, partitions in self.spells_unwritten:
-            for p in partitions:
-                read.setdefault(p, []).append(away)
+        due_parts = [None, *(p for p, _ in due)]
+        read = self.with_unwritten(await outages.partition_spells(self.redis, self.keys, due_parts))
         recheck = self.clock() + RECHECK_MS
         for p, members in due:
             args: list[Any] = [FIELD]

@@ -236,6 +236,15 @@ class StreamConsumer:
             self.spells_unwritten.append((spell, hit))
             self.spell_seen(spell, hit)
 
+    def with_unwritten(
+        self, read: dict[int | None, list[outages.Spell]]
+    ) -> dict[int | None, list[outages.Spell]]:
+        """Spells `read` by partition, with those this consumer saw and has not written."""
+        for spell, partitions in self.spells_unwritten:
+            for p in partitions:
+                read.setdefault(p, []).append(spell)
+        return read
+
     def spell_seen(self, spell: outages.Spell, partitions: list[int]) -> None:
         """A kind that judges clocks takes `spell` of `partitions` into account at once
         (default: nothing)."""

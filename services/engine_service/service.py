@@ -624,11 +624,9 @@ class EngineService(StreamConsumer):
             return
         self._outages_due = now + OUTAGES_EVERY_S
         assert self.rules is not None, "setup() first"
-        read = await outages.partition_spells(self.redis, self.keys, [None, *self.partitions()])
+        wanted = [None, *self.partitions()]
+        read = self.with_unwritten(await outages.partition_spells(self.redis, self.keys, wanted))
         self.rules.outages = read.pop(None)
-        for spell, partitions in self.spells_unwritten:
-            for p in partitions:
-                read.setdefault(p, []).append(spell)
         self.rules.partition_outages = {p: spells for p, spells in read.items() if p is not None}
 
     def spell_seen(self, spell: outages.Spell, partitions: list[int]) -> None:
