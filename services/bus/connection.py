@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from itertools import chain
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import hiredis
@@ -233,6 +233,8 @@ class AgonCluster(RedisCluster):
         self._closing: set[asyncio.Future[None]] = set()
         #: per node, when the cluster last heard from it (ms; the watch's CLUSTER NODES)
         self.heard: dict[str, int] = {}
+        #: the nodes (replicas too) the cluster flagged failing when the watch last asked
+        self.failing: set[str] = set()
         #: called with each spell (start, end: ms) in which a master did not answer and
         #: the slots it served then (`services.bus.outages`: no move clock runs in them)
         self.outage_hooks: list[Callable[[tuple[int, int], frozenset[int]], None]] = []
@@ -290,10 +292,12 @@ class AgonCluster(RedisCluster):
             except _NO_ANSWER:
                 continue
             primaries = {n.name: n for n in self.get_primaries()}
-            for name, (_, pong) in _nodes(raw).items():
-                if pong:
-                    self.heard[name] = pong
-            for name, confirmed in _failing(raw).items():
+            for name, seen in _nodes(raw).items():
+                if seen.pong:
+                    self.heard[name] = seen.pong
+            failing = _failing(raw)
+            self.failing = set(failing)
+            for name, confirmed in failing.items():
                 if name in primaries and name not in self.probes:
                     self.nodes_manager.move_node_to_end_of_cached_nodes(name)
                     probe = self._probe(primaries[name], ask_first=not confirmed)
@@ -374,6 +378,8 @@ class AgonCluster(RedisCluster):
                     if ping.result():
                         return
                     ping = asyncio.ensure_future(self._ping(node))  # one at a time
+                if await self._serves(name) is not False:
+                    continue  # its replica has not taken over yet
                 await self.refresh_slots()
                 if name not in {n.name for n in self.get_primaries()}:
                     return
@@ -395,14 +401,38 @@ class AgonCluster(RedisCluster):
                 for hook in self.outage_hooks:
                     hook((began, _wall_ms()), slots)
 
+    async def _serves(self, name: str) -> bool | None:
+        """Whether a live master says node `name` still serves slots (None: none answered
+        in time). Learning the slots anew costs a client far more (16,384 slots, and
+        every connection marked to reconnect): each process of a starved host doing it
+        every `NODE_PROBE_S` until the failover stalled them all for seconds."""
+        for node in self.get_primaries():
+            if node.name == name or node.name in self.down:
+                continue
+            try:
+                async with asyncio.timeout(WATCH_S):
+                    seen = _nodes(await node.execute_command("CLUSTER NODES")).get(name)
+            except _NO_ANSWER:
+                continue
+            return seen is not None and seen.serves
+        return None
+
     def _slots_of(self, node: ClusterNode) -> frozenset[int]:
         """The slots `node` serves as far as this client knows."""
         cache = self.nodes_manager.slots_cache
         return frozenset(slot for slot, nodes in cache.items() if nodes and nodes[0] is node)
 
     async def refresh_slots(self) -> None:
-        """Ask a live node where the slots are now (a failover may have moved them)."""
+        """Ask a live node where the slots are now (a failover may have moved them). The
+        nodes counted down or flagged failing are not asked: redis-py asks the nodes it
+        knows in a random order, and each dead one costs a connect timeout (a host whose
+        link is down sends no refusal); those still in the cluster are learnt again."""
         if self._refreshing is None or self._refreshing.done():
+            known = self.nodes_manager.startup_nodes
+            if self.nodes_manager._dynamic_startup_nodes:  # else they are not learnt again
+                for name in {*self.down, *self.failing} & set(known):
+                    if len(known) > 1:
+                        self._close_if_dropped(known.pop(name))
             self._refreshing = asyncio.ensure_future(self.nodes_manager.initialize())
             self._refreshing.add_done_callback(lambda t: t.cancelled() or t.exception())
         with contextlib.suppress(*_UNREACHABLE):
@@ -427,18 +457,33 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _nodes(raw: Any) -> dict[str, tuple[set[str], int]]:
-    """A CLUSTER NODES answer: per node (host:port) its flags and when the node asked last
-    heard from it (pong-recv, ms on that node's clock; 0: not known)."""
+class _Seen(NamedTuple):
+    """One node in a CLUSTER NODES answer."""
+
+    #: its flags (master, fail, fail?...)
+    flags: set[str]
+    #: when the node asked last heard from it (pong-recv, ms on that node's clock; 0: not
+    #: known)
+    pong: int
+    #: whether it serves slots
+    serves: bool
+
+
+def _nodes(raw: Any) -> dict[str, _Seen]:
+    """A CLUSTER NODES answer, per node (host:port)."""
     if isinstance(raw, dict):
-        rows = [(str(a), str(n.get("flags")), n.get("last_pong_rcvd", 0)) for a, n in raw.items()]
+        rows = [
+            (str(a), str(n.get("flags")), n.get("last_pong_rcvd", 0), bool(n.get("slots")))
+            for a, n in raw.items()
+        ]
     else:
         text = raw.decode() if isinstance(raw, bytes) else str(raw)
-        rows = [(w[1], w[2], w[5]) for w in map(str.split, text.splitlines()) if len(w) > 5]
+        words = [w for w in map(str.split, text.splitlines()) if len(w) > 5]
+        rows = [(w[1], w[2], w[5], len(w) > 8) for w in words]
     out = {}
-    for address, flags, pong in rows:
+    for address, flags, pong, serves in rows:
         with contextlib.suppress(ValueError):
-            out[address.split("@")[0].split(",")[0]] = (set(flags.split(",")), int(pong))
+            out[address.split("@")[0]] = _Seen(set(flags.split(",")), int(pong), serves)
     return out
 
 
@@ -446,9 +491,9 @@ def _failing(raw: Any) -> dict[str, bool]:
     """The nodes (host:port) a CLUSTER NODES answer flags failing: True where the masters
     agreed (`fail`), False where only the one asked suspects it (`fail?`)."""
     return {
-        name: "fail" in marks
-        for name, (marks, _) in _nodes(raw).items()
-        if marks & {"fail", "fail?"}
+        name: "fail" in seen.flags
+        for name, seen in _nodes(raw).items()
+        if seen.flags & {"fail", "fail?"}
     }
 
 

@@ -249,12 +249,17 @@ def test_only_a_failure_the_masters_agreed_on_counts_without_asking_the_node() -
     }
     assert _failing(parsed) == {"10.0.0.2:7001": False}
     # when the node asked last heard from each (an outage of its partitions began then)
-    assert {a: pong for a, (_, pong) in _nodes(nodes).items()} == {
+    assert {a: seen.pong for a, seen in _nodes(nodes).items()} == {
         "10.0.0.1:7000": 0,
         "10.0.0.2:7001": 1795000000123,
         "10.0.0.3:7002": 0,
         "10.0.0.4:7003": 0,
     }
+    assert [a for a, seen in _nodes(nodes).items() if seen.serves] == [
+        "10.0.0.1:7000",
+        "10.0.0.2:7001",
+        "10.0.0.3:7002",
+    ]
 
 
 async def test_a_reader_that_failed_on_a_node_waits_for_its_probe_not_a_fixed_pause(
@@ -354,3 +359,25 @@ async def test_a_failover_is_a_spell_of_the_dead_masters_partitions_only() -> No
     for p in hit:
         (began, ended), *_ = read[p]
         assert began <= killed and killed + 1000 <= ended <= served, (killed, read[p], served)
+
+
+async def test_a_probe_learns_the_slots_again_only_once_a_replica_took_over(
+    cluster: tuple[RedisClusterProcesses, AgonCluster],
+) -> None:
+    """While a master is down and still holds its slots, learning the slots again gives
+    nothing and costs every process of a host (16,384 slots, every connection marked to
+    reconnect): every 0.1 s that starved the survivors of a host's death for seconds. The
+    probe asks a live master whether the dead one still serves slots instead."""
+    nodes, client = cluster
+    victim = client.get_primaries()[1]
+    learnt = client.nodes_manager._epoch
+    nodes.pause(int(victim.port))
+    try:
+        client.node_failed(victim)
+        await asyncio.sleep(1.5)
+        assert client.is_down(victim), "the probe's PING should have gone unanswered"
+        assert client.nodes_manager._epoch == learnt, "learnt the slots again meanwhile"
+    finally:
+        nodes.resume(int(victim.port))
+    await asyncio.wait([client.probes[victim.name]], timeout=10)
+    assert not client.is_down(victim)
