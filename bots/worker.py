@@ -104,6 +104,9 @@ class BotWorker(StreamConsumer):
         replica not yet in charge) is kept for the next batch, unacknowledged: it holds
         back none of the other games' turns."""
         turns: list[tuple[Entry, TurnRequest]] = []
+        # The spell a master's failover took is written before the turns it held are
+        # answered: the engine judges their moves with it (the time was the platform's).
+        await self.write_spells()
         # A held turn may come back in the batch too (claimed again): once each.
         batch = {(e.stream, e.entry_id): e for e in [*self._held, *entries]}
         for entry in batch.values():

@@ -396,7 +396,7 @@ class Dispatcher(StreamConsumer):
         recheck = self.clock() + RECHECK_MS
         for p, members in due:
             args: list[Any] = [FIELD]
-            spells = sorted([*read[None], *read.get(p, ())])  # every partition's, and p's
+            spells = sorted([*read.get(None, ()), *read.get(p, ())])  # every partition's, and p's
             for member, due_at in members:
                 gid, seq, kind, deadline = _clock_member(member, due_at)
                 if kind and not await self._still_at(p, member, gid, seq):

@@ -268,12 +268,8 @@ class AgonCluster(RedisCluster):
         ):
             task = asyncio.ensure_future(node.disconnect())
             self._closing.add(task)
-            task.add_done_callback(self._closed)
-
-    def _closed(self, task: asyncio.Future[None]) -> None:
-        self._closing.discard(task)
-        if not task.cancelled():
-            task.exception()
+            task.add_done_callback(self._closing.discard)
+            task.add_done_callback(seen)
 
     async def _watch(self) -> None:
         """Every `WATCH_S`, ask a live master which nodes the cluster sees failing: a master
@@ -292,10 +288,11 @@ class AgonCluster(RedisCluster):
             except _NO_ANSWER:
                 continue
             primaries = {n.name: n for n in self.get_primaries()}
-            for name, seen in _nodes(raw).items():
-                if seen.pong:
-                    self.heard[name] = seen.pong
-            failing = _failing(raw)
+            nodes = _nodes(raw)
+            for name, node_seen in nodes.items():
+                if node_seen.pong:
+                    self.heard[name] = node_seen.pong
+            failing = _flagged(nodes)
             self.failing = set(failing)
             for name, confirmed in failing.items():
                 if name in primaries and name not in self.probes:
@@ -453,6 +450,15 @@ class AgonCluster(RedisCluster):
         return await super()._determine_slot(command, *args)
 
 
+def seen(task: asyncio.Future[Any]) -> None:
+    """A done callback that marks a background task's failure as seen (awaiting the task
+    still raises it). A claim pass's failure is reported by the next read; a reader stopped
+    or dropped first has nothing to report, and asyncio would log the failure, traceback
+    and all, whenever the task is collected (in whatever code runs then)."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -490,11 +496,12 @@ def _nodes(raw: Any) -> dict[str, _Seen]:
 def _failing(raw: Any) -> dict[str, bool]:
     """The nodes (host:port) a CLUSTER NODES answer flags failing: True where the masters
     agreed (`fail`), False where only the one asked suspects it (`fail?`)."""
-    return {
-        name: "fail" in seen.flags
-        for name, seen in _nodes(raw).items()
-        if seen.flags & {"fail", "fail?"}
-    }
+    return _flagged(_nodes(raw))
+
+
+def _flagged(nodes: dict[str, _Seen]) -> dict[str, bool]:
+    """`_failing` of an answer already read."""
+    return {name: "fail" in n.flags for name, n in nodes.items() if n.flags & {"fail", "fail?"}}
 
 
 class _NodeIsolated(PipelineStrategy):

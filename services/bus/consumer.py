@@ -35,12 +35,13 @@ from services.bus.connection import (
     AgonCluster,
     Client,
     pause_after_failure,
+    seen,
 )
 from services.bus.keys import Keys
 from services.bus.outages import WriteWatch
 from services.bus.ownership import ROUND_S, Ownership
 from services.bus.presence import beat, beat_keys, beating, forget_old
-from services.bus.reader import RETRY_PAUSE_S, Entry, GroupReader, seen, trim_acknowledged
+from services.bus.reader import RETRY_PAUSE_S, Entry, GroupReader, trim_acknowledged
 from services.bus.text import as_text
 
 log = logging.getLogger("agon.bus")
@@ -245,6 +246,15 @@ class StreamConsumer:
                 read.setdefault(p, []).append(spell)
         return read
 
+    async def write_spells(self) -> None:
+        """Write the spells in which a master did not answer (`master_away`); what Redis
+        does not take now, the next call writes."""
+        with contextlib.suppress(*TRANSIENT_ERRORS):
+            while self.spells_unwritten:
+                away, partitions = self.spells_unwritten[0]
+                await outages.record(self.redis, self.keys, away, partitions)
+                self.spells_unwritten.pop(0)
+
     def spell_seen(self, spell: outages.Spell, partitions: list[int]) -> None:
         """A kind that judges clocks takes `spell` of `partitions` into account at once
         (default: nothing)."""
@@ -253,11 +263,7 @@ class StreamConsumer:
         """Tell the others this consumer is alive (and what it has done); a write, so it
         also finds out whether Redis takes writes, and records the spell when it did not.
         Spells in which a master did not answer are written first."""
-        with contextlib.suppress(*TRANSIENT_ERRORS):  # the next beat tries again
-            while self.spells_unwritten:
-                away, partitions = self.spells_unwritten[0]
-                await outages.record(self.redis, self.keys, away, partitions)
-                self.spells_unwritten.pop(0)
+        await self.write_spells()
         try:
             share = {} if self.ownership is None else {"partitions": len(self.ownership.owned)}
             await beat(

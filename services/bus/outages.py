@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from services.bus.connection import Client
+from services.bus.connection import TRANSIENT_ERRORS, Client
 from services.bus.keys import Keys
 
 #: How long a spell is kept: longer than any turn's allowance.
@@ -59,18 +59,31 @@ async def record(
 async def spells(redis: Client, keys: Keys, since: int = 0) -> list[Spell]:
     """The newest `READ_LIMIT` recorded spells of every partition that ended after `since`,
     oldest first."""
-    return (await partition_spells(redis, keys, [None], since))[None]
+    members: Any = await redis.zrevrangebyscore(
+        keys.outages(), "+inf", since, start=0, num=READ_LIMIT
+    )
+    return _spells(members)
 
 
 async def partition_spells(
     redis: Client, keys: Keys, partitions: Iterable[int | None], since: int = 0
 ) -> dict[int | None, list[Spell]]:
-    """`spells` of each of `partitions` (None: every partition's) in one round trip."""
+    """`spells` of each of `partitions` (None: every partition's) in one round trip; a
+    partition whose master does not answer (it is failing over) is left out, so that it
+    holds back none of the others."""
     wanted = list(partitions)
     pipe = redis.pipeline(transaction=False)
     for p in wanted:
         pipe.zrevrangebyscore(keys.outages(p), "+inf", since, start=0, num=READ_LIMIT)
-    return dict(zip(wanted, map(_spells, await pipe.execute()), strict=True))
+    answers = await pipe.execute(raise_on_error=False)
+    out = {}
+    for p, answer in zip(wanted, answers, strict=True):
+        if isinstance(answer, Exception):
+            if not isinstance(answer, TRANSIENT_ERRORS):
+                raise answer
+            continue
+        out[p] = _spells(answer)
+    return out
 
 
 def _spells(members: Any) -> list[Spell]:

@@ -36,7 +36,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.bus.connection import TRANSIENT_ERRORS, Client, is_cluster
+from services.bus.connection import TRANSIENT_ERRORS, Client, is_cluster, seen
 from services.bus.keys import Keys
 from services.bus.text import as_text, now_ms
 
@@ -182,7 +182,7 @@ async def ask_each(redis: Client, keys: Sequence[str], command: str, *args: Any)
     when none answered."""
     calls = [asyncio.ensure_future(redis.execute_command(command, k, *args)) for k in keys]
     for call in calls:  # one left behind (this read cancelled, or given up) fails unreported
-        call.add_done_callback(_seen)
+        call.add_done_callback(seen)
     if len(calls) == 1:
         return Answers([await calls[0]], 1)
     pending: set[asyncio.Future[Any]] = set(calls)
@@ -204,12 +204,6 @@ async def ask_each(redis: Client, keys: Sequence[str], command: str, *args: Any)
     if not good:
         raise errors[0] if errors else TimeoutError("no copy of the beats answered")
     return Answers(good, len(calls))
-
-
-def _seen(call: asyncio.Future[Any]) -> None:
-    """Marks `call`'s failure as seen: `ask_each` reports what it needs itself."""
-    if not call.cancelled():
-        call.exception()
 
 
 async def on_each(redis: Client, keys: Sequence[str], command: str, *args: Any) -> list[Any]:

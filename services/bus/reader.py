@@ -37,7 +37,13 @@ from redis.exceptions import ResponseError
 
 from schemas.codec import FIELD_BYTES
 from services.bus.cache import LRU
-from services.bus.connection import TRANSIENT_ERRORS, Client, is_cluster, pause_after_failure
+from services.bus.connection import (
+    TRANSIENT_ERRORS,
+    Client,
+    is_cluster,
+    pause_after_failure,
+    seen,
+)
 from services.bus.presence import (
     ALIVE_MS,
     Beat,
@@ -111,15 +117,6 @@ async def trim_acknowledged(redis: Client, stream: str, groups: Sequence[str]) -
         return 0
     removed: int = await redis.xtrim(stream, minid=floor, approximate=False)
     return removed
-
-
-def seen(task: asyncio.Future[Any]) -> None:
-    """A done callback that marks a background task's failure as seen (awaiting the task
-    still raises it). A claim pass's failure is reported by the next read; a reader stopped
-    or dropped first has nothing to report, and asyncio would log the failure, traceback
-    and all, whenever the task is collected (in whatever code runs then)."""
-    if not task.cancelled():
-        task.exception()
 
 
 class GroupReader:

@@ -186,6 +186,7 @@ class EngineService(StreamConsumer):
         self._cache: LRU[str, GameRecord] = LRU(self.settings.cache_size)
         self._flushing: asyncio.Future[None] | None = None
         self._outages_due = 0.0
+        self._partition_spells_due = False
 
     def stats(self) -> dict[str, int]:
         c = self.counts
@@ -222,7 +223,7 @@ class EngineService(StreamConsumer):
 
     def forget_partitions(self, partitions: set[int]) -> None:
         self._cache.drop(lambda gid: self.keys.partition(gid) in partitions)
-        self._outages_due = 0.0  # a partition taken: its spells before its first move
+        self._partition_spells_due = True  # a partition taken: its spells before its moves
 
     async def settle(self) -> None:
         await self._flushed()
@@ -310,7 +311,7 @@ class EngineService(StreamConsumer):
             (later if gid in games else this).append(work)
             games.add(gid)
         records, broken = await self._records(games)
-        await self._read_outages(force=any(isinstance(w.command, ClaimTimeout) for w in this))
+        await self._read_outages(force=any(self._past_due(w, records) for w in this))
         this, later = await self._in_time_first(this, later, records, pending)
         # Events are stamped after the reads: a clock runs from its event's time, and the
         # reads (a cold game's whole log) would otherwise come off the next seat's time.
@@ -385,9 +386,8 @@ class EngineService(StreamConsumer):
             if isinstance(cmd, ClaimTimeout) and not work.searched and rec is not None:
                 work.searched = True
                 if rec.deadline and cmd.expected_seq == rec.head:
-                    arrived = id_ms(work.entry.entry_id) if self._by_arrival else self.clock()
                     deadline, _ = self.rules.turn_deadline(
-                        rec, cmd.expected_seq, cmd.clock, arrived
+                        rec, cmd.expected_seq, cmd.clock, self._arrived(work)
                     )
                     claims.append((work, rec, deadline))
         if not claims:
@@ -426,7 +426,7 @@ class EngineService(StreamConsumer):
     def _decide(self, work: Work, rec: GameRecord | None, now: int, out: _Outbox) -> Commit | None:
         cmd = work.command
         head = rec.fold.seq if rec is not None else 0
-        arrived = id_ms(work.entry.entry_id) if self._by_arrival else now
+        arrived = self._arrived(work, now)
         try:
             assert self.rules is not None, "setup() first"
             decision = self.rules.decide(rec, cmd, now, arrived)
@@ -617,26 +617,45 @@ class EngineService(StreamConsumer):
         return found, broken
 
     async def _read_outages(self, *, force: bool) -> None:
-        """Keep the rules' outages current: every `OUTAGES_EVERY_S`, and before judging a
-        timeout claim (the dispatcher records a spell before it claims after one)."""
+        """Keep the rules' outages current: those of every partition every
+        `OUTAGES_EVERY_S`, and before judging a timeout claim or a command that came after
+        its deadline (the dispatcher and the bot worker record a spell before they claim
+        or answer after one); those of this engine's partitions (a master that failed over)
+        only then, and after a partition was taken or a master seen failing over, so an
+        engine reads no more per round than one key."""
         now = time.monotonic()
-        if not force and now < self._outages_due:
+        if not (force or self._partition_spells_due) and now < self._outages_due:
             return
         self._outages_due = now + OUTAGES_EVERY_S
         assert self.rules is not None, "setup() first"
-        wanted = [None, *self.partitions()]
+        each = force or self._partition_spells_due
+        wanted = [None, *self.partitions()] if each else [None]
         read = self.with_unwritten(await outages.partition_spells(self.redis, self.keys, wanted))
-        self.rules.outages = read.pop(None)
-        self.rules.partition_outages = {p: spells for p, spells in read.items() if p is not None}
+        self.rules.outages = read.pop(None, self.rules.outages)
+        if each:
+            self._partition_spells_due = False
+            fresh = {p: spells for p, spells in read.items() if p is not None}
+            self.rules.partition_outages = {**self.rules.partition_outages, **fresh}
+
+    def _arrived(self, work: Work, now: int | None = None) -> int:
+        """When `work` reached its command stream (by Redis's clock), or by the engine's
+        own clock (a test's) `now`."""
+        if self._by_arrival:
+            return id_ms(work.entry.entry_id)
+        return self.clock() if now is None else now
+
+    def _past_due(self, work: Work, records: dict[str, GameRecord]) -> bool:
+        """Whether `work` is a timeout claim, or arrived after its game's deadline: the
+        rules then judge it with the spells of its partition too."""
+        if isinstance(work.command, ClaimTimeout):
+            return True
+        rec = records.get(work.command.game_id)
+        return rec is not None and bool(rec.deadline) and self._arrived(work) > rec.deadline
 
     def spell_seen(self, spell: outages.Spell, partitions: list[int]) -> None:
-        """A master did not answer during `spell`: the moves of its partitions' games are
-        judged with it from now on, before any heartbeat wrote it."""
-        assert self.rules is not None, "setup() first"
-        known = dict(self.rules.partition_outages)
-        for p in partitions:
-            known[p] = [*known.get(p, ()), spell]
-        self.rules.partition_outages = known
+        """A master did not answer during `spell`: the next round reads its partitions'
+        spells (with this one, before any heartbeat wrote it) before it judges a move."""
+        self._partition_spells_due = True
 
     def _cache_put(self, rec: GameRecord) -> None:
         self._cache.put(rec.game_id, rec)

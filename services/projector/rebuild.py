@@ -30,9 +30,8 @@ from typing import Any
 from redis.asyncio import Redis
 
 from schemas.codec import FIELD, FIELD_BYTES, DecodeError, unpack_event
-from services.bus.connection import Client, connect
+from services.bus.connection import Client, connect, seen
 from services.bus.keys import Keys
-from services.bus.reader import seen
 from services.bus.text import as_text
 from services.gamelog.fold import GameFold, fold
 from services.projector.models import (

@@ -37,7 +37,7 @@ from services.bus.connection import (
     pause_after_failure,
 )
 from services.bus.keys import WORKERS_GROUP, Keys
-from services.bus.outages import partition_spells
+from services.bus.outages import partition_spells, record
 from services.bus.presence import (
     ALIVE_MS,
     SETTLE_MS,
@@ -347,7 +347,7 @@ async def test_a_failover_is_a_spell_of_the_dead_masters_partitions_only() -> No
             for _ in range(200):
                 with contextlib.suppress(*TRANSIENT_ERRORS):
                     read = await partition_spells(client, keys, keys.all_partitions())
-                    if all(read[p] for p in hit):
+                    if all(read.get(p) for p in hit):
                         break
                 await asyncio.sleep(0.1)
             served = now_ms()
@@ -381,3 +381,24 @@ async def test_a_probe_learns_the_slots_again_only_once_a_replica_took_over(
         nodes.resume(int(victim.port))
     await asyncio.wait([client.probes[victim.name]], timeout=10)
     assert not client.is_down(victim)
+
+
+async def test_the_spells_of_a_dead_masters_partitions_hold_back_no_other_partitions(
+    cluster: tuple[RedisClusterProcesses, AgonCluster],
+) -> None:
+    """The engine reads its partitions' spells before judging a late move or a timeout
+    claim; a master that does not answer (it is failing over) must fail that read for its
+    own partitions only, not the round of every other game."""
+    nodes, client = cluster
+    keys = Keys(prefix="sp")
+    for p in keys.all_partitions():
+        await record(client, keys, (1000, 2000), [p])
+    victim = victim_of(nodes, client, [keys.outages(p) for p in keys.all_partitions()])
+    nodes.pause(victim)
+    try:
+        read = await partition_spells(client, keys, keys.all_partitions())
+    finally:
+        nodes.resume(victim)
+    live = {p for p in keys.all_partitions() if port_of(client, keys.outages(p)) != victim}
+    assert live and set(read) == live
+    assert all(read[p] == [(1000, 2000)] for p in live)

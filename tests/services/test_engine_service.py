@@ -672,6 +672,31 @@ async def test_a_master_outage_pauses_the_clocks_of_its_own_partitions_only(
     assert isinstance(end, GameEnded) and end.reason == "time_forfeit"
 
 
+async def test_a_move_after_its_deadline_is_judged_with_its_partitions_spells(
+    h: Harness, make_engine: Callable[..., EngineService]
+) -> None:
+    """The engine reads a partition's spells only when it must (not every round): a move
+    that came after its deadline is one such time. Its game's master was away 1 s of it,
+    so it is in time; the same move in a game without the spell comes too late."""
+    now = [1_000_000]
+    engine = make_engine(clock=lambda: now[0])
+    away = "m0"
+    p = h.keys.partition(away)
+    other = next(g for g in (f"m{n}" for n in range(1, 64)) if h.keys.partition(g) != p)
+    for gid in (away, other):
+        await h.create(gid, move_time_ms=2000)
+    await engine.drain()  # both at seq 4, seat 1 to move; the engine has read its spells
+    await outages.record(h.redis, h.keys, (1_000_500, 1_001_500), [p])
+    (_, move), *_ = random_moves("teeko", seed=3)[0]
+    now[0] += 2100
+    kept = await h.send(h.move(away, 1, move, 4))
+    lost = await h.send(h.move(other, 1, move, 4))
+    await engine.drain()
+    assert (await h.reply(kept)).seq == 5
+    late = await h.reply(lost)
+    assert isinstance(late, Rejected) and late.code == "too_late", late
+
+
 async def test_a_time_bank_pays_for_overruns_and_every_move_records_its_time(
     h: Harness, make_engine: Callable[..., EngineService]
 ) -> None:
