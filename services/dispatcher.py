@@ -36,6 +36,14 @@ With `replicas` (`--ack-replicas`, as the engine's), a batch is acknowledged onl
 many replicas hold its turn requests and clocks (`bus.scripts.run_replicated`); otherwise
 it is read again and its turns sent again, so a master failover cannot lose a turn and
 leave its game waiting for a bot that never heard of it.
+
+The dispatchers divide the partitions (`services.bus.ownership`), and every write of a
+partition's clocks is fenced: one script checks the partition's lease holds the epoch this
+dispatcher took it under (`fence`), so one that was paused past its lease and resumes can
+neither set, clear nor claim a clock of the dispatcher that took over. A turn request goes
+to the bot's inbox, in the bot's own hash slot, which no script can check with the lease
+on a cluster: it is sent only once its partition's clock write was accepted. A refused
+partition is given up at once (`lose`), and its feed entries stay pending for its owner.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Unpack
 
 from schemas.codec import FIELD, DecodeError, encode, event_hash, unpack, unpack_event
@@ -60,12 +69,12 @@ from schemas.turns import TurnRequest
 from services.bus import outages
 from services.bus.cache import LRU
 from services.bus.clients import QueryClient, log_entries
-from services.bus.connection import Client, is_cluster
+from services.bus.connection import Client
 from services.bus.consumer import ConsumerOptions, ConsumerSettings, StreamConsumer
 from services.bus.delivery import HELD, TOOK
 from services.bus.keys import DISPATCHER_GROUP, FEED_GROUPS, Keys
 from services.bus.reader import Entry
-from services.bus.scripts import Command, Script, confirmed, run_replicated
+from services.bus.scripts import Call, Command, Script, confirmed, run_replicated
 from services.bus.secret import shared_secret
 from services.bus.stuck import abandoned_games, stuck_games
 from services.bus.text import as_text, now_ms
@@ -86,20 +95,48 @@ ABANDON_MS = 24 * 3_600_000
 #: How often the dispatcher looks for stuck and abandoned games.
 REPAIR_EVERY_S = 30.0
 
+# The fence, first in every script that writes a partition's clocks: KEYS[2] is the
+# partition's dispatcher lease, ARGV[1] the epoch this dispatcher holds it under (0: not
+# checked, -1: not held). Refused, the call writes nothing and answers -1, as the engine's
+# commit does (`services.engine_service.store`).
+_FENCE = """
+local fence = tonumber(ARGV[1])
+if fence ~= 0 and tonumber(redis.call('HGET', KEYS[2], 'epoch') or '0') ~= fence then
+  return -1
+end
+"""
+
+# Change one partition's clocks, in order. KEYS: clocks zset, lease. ARGV: the fence, then
+# (score, member) pairs, an empty score removing the member.
+_CLOCKS = Script(
+    _FENCE
+    + """
+for i = 2, #ARGV, 2 do
+  if ARGV[i] == '' then
+    redis.call('ZREM', KEYS[1], ARGV[i + 1])
+  else
+    redis.call('ZADD', KEYS[1], ARGV[i], ARGV[i + 1])
+  end
+end
+return 0
+"""
+)
+
 # Claim passed clocks of one partition: send each claim, then replace its clock by a
 # re-check (`AGAIN`), due `RECHECK_MS` later, that claims again while the game stands at that
 # seq: the engine may refuse a claim (its clock ran through a spell of refused writes the
 # dispatcher had not seen yet), and a refusal is not the end of the clock. Atomic, so two
 # dispatchers never both claim one clock; the XADD comes first because Redis does not roll a
 # script back, so a failed write leaves the clock for the next sweep.
-# KEYS: clocks zset, command stream. ARGV: the entry field, then (member, claim, re-check
-# member, its score) quadruples.
+# KEYS: clocks zset, lease, command stream. ARGV: the fence, the entry field, then (member,
+# claim, re-check member, its score) quadruples. Answers how many it claimed.
 _CLAIM = Script(
-    """
+    _FENCE
+    + """
 local claimed = 0
-for i = 2, #ARGV, 4 do
+for i = 3, #ARGV, 4 do
   if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
-    redis.call('XADD', KEYS[2], '*', ARGV[1], ARGV[i + 1])
+    redis.call('XADD', KEYS[3], '*', ARGV[2], ARGV[i + 1])
     redis.call('ZREM', KEYS[1], ARGV[i])
     redis.call('ZADD', KEYS[1], ARGV[i + 3], ARGV[i + 2])
     claimed = claimed + 1
@@ -117,6 +154,28 @@ AGAIN = "again"
 AGAIN_TOOK = f"{AGAIN}-{TOOK}"
 #: The kinds of a clock whose turn reached its bot (or is held while it prepares).
 DELIVERED = frozenset({TOOK, HELD, AGAIN_TOOK})
+
+
+@dataclass(slots=True)
+class Writes:
+    """What the dispatcher writes in one partition: its clock changes, in order, as one
+    fenced call (`_CLOCKS`), and the turn requests sent only once that call was accepted."""
+
+    #: (member, score); a score of None removes the member
+    clocks: list[tuple[str, int | None]] = field(default_factory=list)
+    turns: list[Command] = field(default_factory=list)
+
+    def add(self, member: str, score: int) -> Writes:
+        self.clocks.append((member, score))
+        return self
+
+    def remove(self, *members: str) -> Writes:
+        self.clocks += [(m, None) for m in members]
+        return self
+
+    def args(self) -> list[Any]:
+        """The clock changes as `_CLOCKS`'s arguments after the fence."""
+        return [a for m, score in self.clocks for a in ("" if score is None else score, m)]
 
 
 class Dispatcher(StreamConsumer):
@@ -156,6 +215,8 @@ class Dispatcher(StreamConsumer):
         self.undelivered = 0
         #: clocks set again for a spell they ran through (`services.bus.outages`)
         self.rearmed = 0
+        #: partitions given up because a write there was refused (another one holds them)
+        self.fenced = 0
         self.query = QueryClient(redis, self.keys)
         cache_size = self.settings.cache_size
         self._cache: LRU[str, GameFold] = LRU(cache_size)
@@ -176,6 +237,7 @@ class Dispatcher(StreamConsumer):
             "aborted_unserved": self.unserved_aborted,
             "undelivered": self.undelivered,
             "rearmed": self.rearmed,
+            "fenced": self.fenced,
             "set_aside": self.entries_set_aside,
         }
 
@@ -218,20 +280,42 @@ class Dispatcher(StreamConsumer):
             except (DecodeError, KeyError, TypeError) as exc:
                 await self.set_aside(entry, repr(exc))
         games = await self._advance(by_game)
-        await self._send([w for g in games for w in self._turn_writes(g)])
-        await self.reader.ack(entries)
+        fenced = await self._send(self._writes(games))
+        await self.ack_unfenced(entries, fenced)
 
-    async def _send(self, writes: list[Command]) -> None:
-        """The turn requests and clock changes; with `replicas`, confirmed by that many.
-        On a cluster, where the two are on different nodes and a pipeline writes to its
-        nodes at once, the clocks are written first: a worker taking a turn always finds
-        its clock to start."""
-        if is_cluster(self.redis):
-            clocks = [w for w in writes if w[1][0] in ("ZADD", "ZREM")]
-            if clocks and len(clocks) < len(writes):
-                await self._write(clocks)
-                writes = [w for w in writes if w[1][0] not in ("ZADD", "ZREM")]
-        await self._write(writes)
+    async def _send(self, writes: dict[int, Writes]) -> set[int]:
+        """Each partition's clock changes in one fenced call, then the turn requests of the
+        partitions whose call was accepted; with `replicas`, each confirmed by that many.
+        Returns the partitions refused (given up: `_refused`).
+
+        Two round trips, even on a single server where one pipeline could carry both: a turn
+        request (in its bot's hash slot, unfenced) must not go out from a dispatcher that no
+        longer holds its partition. Clocks first also means a worker taking a turn always
+        finds its clock to start."""
+        parts = [p for p, w in writes.items() if w.clocks or w.turns]
+        fences = [self.fence(p) for p in parts]
+        calls = [
+            (self._clock_keys(p), [fence, *writes[p].args()])
+            for p, fence in zip(parts, fences, strict=True)
+        ]
+        if self.replicas:
+            replicated = await _CLOCKS.run_replicated(
+                self.redis, calls, self.replicas, self.replica_timeout_ms
+            )
+            confirmed(replicated, f"clocks lack {self.replicas} replicas")
+            answers = [answer for answer, _ in replicated]
+        else:
+            answers = await _CLOCKS.run_many(self.redis, calls)
+        refused: set[int] = set()
+        for p, fence, answer in zip(parts, fences, answers, strict=True):
+            if int(answer) < 0:
+                self._refused(p, fence)
+                refused.add(p)
+        turns = [t for p in parts if p not in refused for t in writes[p].turns]
+        if turns:
+            await self._write(turns)
+            self.turns_sent += len(turns)
+        return refused
 
     async def _write(self, writes: list[Command]) -> None:
         if not self.replicas:
@@ -241,7 +325,26 @@ class Dispatcher(StreamConsumer):
             await pipe.execute()
             return
         answers = await run_replicated(self.redis, writes, self.replicas, self.replica_timeout_ms)
-        confirmed(answers, f"turn requests and clocks lack {self.replicas} replicas")
+        confirmed(answers, f"turn requests lack {self.replicas} replicas")
+
+    async def _accepted(self, p: int, writes: Writes) -> bool:
+        """Send one partition's writes (`_send`): whether the fence let them through."""
+        return p not in await self._send({p: writes})
+
+    def _clock_keys(self, p: int) -> list[str]:
+        """The keys every clock script of partition `p` starts with (`_FENCE`)."""
+        return [self.keys.clocks(p), self.keys.lease(p, self.role)]
+
+    def _refused(self, p: int, fence: int) -> None:
+        """A write in partition `p` under `fence` was refused: another dispatcher holds p.
+        Counted (and told) only when this one held it: `repair` writes in every partition,
+        and is refused quietly in those it never held."""
+        if fence > 0:
+            self.fenced += 1
+            log.info(
+                "dispatcher %s: partition %d was taken over; giving it up", self.reader.consumer, p
+            )
+        self.lose(p)
 
     async def _advance(self, by_game: dict[str, list[tuple[EventMap, bytes]]]) -> list[GameFold]:
         """Bring each touched game up to its newest event, from the feed or from its log."""
@@ -314,21 +417,25 @@ class Dispatcher(StreamConsumer):
             out.append(g)
         return out
 
-    def _turn_writes(self, g: GameFold) -> list[Command]:
+    def _writes(self, games: Sequence[GameFold]) -> dict[int, Writes]:
+        """The games' turn requests and clock changes (`_turn_writes`), by partition."""
+        out: dict[int, Writes] = {}
+        for g in games:
+            self._turn_writes(g, out.setdefault(self.keys.partition(g.game_id), Writes()))
+        return out
+
+    def _turn_writes(self, g: GameFold, out: Writes) -> None:
         """The game's head decides: a turn request and a clock, or clearing the clock."""
-        out: list[Command] = []
-        clocks = self.keys.clocks(self.keys.partition(g.game_id))
         dispatched = self._dispatched.get(g.game_id) or 0
         if dispatched and dispatched != g.seq:
             old = f"{g.game_id}|{dispatched}"
-            gone = [f"{old}|{kind}" for kind in ("watch", TOOK, HELD, AGAIN, AGAIN_TOOK)]
-            out.append((clocks, ("ZREM", clocks, old, *gone)))
+            out.remove(old, *(f"{old}|{kind}" for kind in ("watch", TOOK, HELD, AGAIN, AGAIN_TOOK)))
         if "imported_from" in g.created:
-            return out  # appended whole and finished: a batch seeing it half-read is no turn
+            return  # appended whole and finished: a batch seeing it half-read is no turn
         if g.status != "playing" or not g.to_move or dispatched == g.seq:
             if g.status == "ended":
                 self._dispatched.pop(g.game_id)
-            return out
+            return
         self._dispatched.put(g.game_id, g.seq)
         seat = g.seats[g.to_move - 1]
         deadline = due = g.deadline
@@ -337,13 +444,11 @@ class Dispatcher(StreamConsumer):
             # Due only once no delivery could start it any more: delivery marks it taken.
             due = g.deadline + MAX_GRACE_MS
         if deadline:
-            out.append((clocks, ("ZADD", clocks, due, f"{g.game_id}|{g.seq}")))
+            out.add(f"{g.game_id}|{g.seq}", due)
         elif seat["kind"] == "bot":
-            watch = g.updated + self.unserved_ms
-            out.append((clocks, ("ZADD", clocks, watch, f"{g.game_id}|{g.seq}|watch")))
+            out.add(f"{g.game_id}|{g.seq}|watch", g.updated + self.unserved_ms)
         if seat["kind"] == "bot":
-            out.append(self._turn_request(g, deadline))
-        return out
+            out.turns.append(self._turn_request(g, deadline))
 
     def _turn_request(self, g: GameFold, deadline: int) -> Command:
         """The write that hands the bot to move in `g` its turn, due by `deadline` (0: none)."""
@@ -364,12 +469,12 @@ class Dispatcher(StreamConsumer):
             allowance=g.deadline - g.updated if g.deadline else 0,
         )
         inbox = self.keys.bot_turns(seat["name"])
-        self.turns_sent += 1
         return (inbox, ("XADD", inbox, "MAXLEN", "~", INBOX_MAXLEN, "*", FIELD, encode(request)))
 
     async def claim_timeouts(self, now: int | None = None) -> int:
         """Send a `ClaimTimeout` for every deadline passed (by the grace) in any partition,
-        and abort the games of unserved bots whose watch came due."""
+        and abort the games of unserved bots whose watch came due. A partition another
+        dispatcher took over meanwhile is given up, and nothing of it claimed (the fence)."""
         if self.write_watch.refusing:
             # Redis refused this dispatcher's last write: record the spell (or find it still
             # refusing) before any claim, so no clock that ran through it is claimed.
@@ -389,15 +494,18 @@ class Dispatcher(StreamConsumer):
         ]
         if not due:
             return 0
-        calls = []
+        calls: list[Call] = []
+        fences: list[tuple[int, int]] = []  # per call, its partition and fence
         served: dict[str, bool] = {}  # bot -> has a live worker, asked once per sweep
         due_parts = [None, *(p for p, _ in due)]
         read = self.with_unwritten(await outages.partition_spells(self.redis, self.keys, due_parts))
         recheck = self.clock() + RECHECK_MS
         for p, members in due:
-            args: list[Any] = [FIELD]
+            claims: list[Any] = []
             spells = sorted([*read.get(None, ()), *read.get(p, ())])  # every partition's, and p's
             for member, due_at in members:
+                if self.fence(p) < 0:
+                    break  # a clock write of p was refused: p is another dispatcher's now
                 gid, seq, kind, deadline = _clock_member(member, due_at)
                 if kind and not await self._still_at(p, member, gid, seq):
                     continue
@@ -411,17 +519,29 @@ class Dispatcher(StreamConsumer):
                         if kind == "watch"
                         else f"{gid}|{seq}|{AGAIN_TOOK if took else AGAIN}"
                     )
-                    args += [member, encode(command), again, recheck]
-            if len(args) > 1:
-                calls.append(([self.keys.clocks(p), self.keys.commands(p)], args))
-        claimed = sum(int(n) for n in await _CLAIM.run_many(self.redis, calls))
+                    claims += [member, encode(command), again, recheck]
+            fence = self.fence(p)
+            if claims and fence >= 0:
+                calls.append(
+                    ([*self._clock_keys(p), self.keys.commands(p)], [fence, FIELD, *claims])
+                )
+                fences.append((p, fence))
+        claimed = 0
+        for (p, fence), n in zip(fences, await _CLAIM.run_many(self.redis, calls), strict=True):
+            if int(n) < 0:
+                self._refused(p, fence)
+            else:
+                claimed += int(n)
         self.timeouts_claimed += claimed
         return claimed
 
     async def repair(self) -> int:
         """Set the turn and clock again of every stuck game (`stuck_games`): whatever lost
         them (a write that never landed, a cache that forgot), the game goes on. End every
-        abandoned game as aborted. Returns how many games were repaired or ended."""
+        abandoned game as aborted. Returns how many games were repaired or ended.
+
+        Stuck games are looked for in every partition, and repaired by the dispatcher that
+        holds theirs: the fence refuses the others' writes."""
         if not self.secret:  # for turn requests and the operator's aborts
             self.secret = await shared_secret(self.redis, self.keys)
         now = self.clock()
@@ -429,8 +549,8 @@ class Dispatcher(StreamConsumer):
         for gid in stuck:
             self._dispatched.pop(gid)
             self._cache.pop(gid)
-        games = await self._refold(stuck)
-        await self._send([w for g in games for w in self._turn_writes(g)])
+        refused = await self._send(self._writes(await self._refold(stuck)))
+        stuck = [gid for gid in stuck if self.keys.partition(gid) not in refused]
         if stuck:
             log.warning(
                 "dispatcher: %d stuck game(s) given their turn and clock again: %s",
@@ -454,7 +574,7 @@ class Dispatcher(StreamConsumer):
         g = await self._game(gid)
         if g is not None and g.seq == seq and g.status == "playing":
             return True
-        await self.redis.zrem(self.keys.clocks(p), member)
+        await self._accepted(p, Writes().remove(member))
         return False
 
     async def _game(self, gid: str) -> GameFold | None:
@@ -467,7 +587,8 @@ class Dispatcher(StreamConsumer):
         """Whether a due clock ran through a spell in which Redis refused writes, and was set
         again with the time the spell took: the platform's time is never the player's. A
         bot is handed its turn again, with the new deadline signed (its first answer may
-        never have reached a command stream)."""
+        never have reached a command stream). True too when the write was refused: the
+        clock is the partition's new owner's."""
         gid, seq, kind, _ = _clock_member(member, deadline)
         g = await self._game(gid)
         if kind == "watch" or g is None or g.seq != seq or g.status != "playing":
@@ -488,14 +609,12 @@ class Dispatcher(StreamConsumer):
             return False
         # A re-check is a clock again; a delivered one stays delivered.
         delivered = kind in DELIVERED
-        clocks, clock = self.keys.clocks(p), f"{gid}|{seq}" + (f"|{TOOK}" if delivered else "")
-        writes: list[Command] = [
-            (clocks, ("ZREM", clocks, member)),
-            (clocks, ("ZADD", clocks, later, clock)),
-        ]
+        clock = f"{gid}|{seq}" + (f"|{TOOK}" if delivered else "")
+        writes = Writes().remove(member).add(clock, later)
         if g.seats[g.to_move - 1]["kind"] == "bot":
-            writes.append(self._turn_request(g, later))
-        await self._send(writes)
+            writes.turns.append(self._turn_request(g, later))
+        if not await self._accepted(p, writes):
+            return True
         self.rearmed += 1
         log.info(
             "dispatcher: game %s's clock ran through a spell of refused writes: %d ms more",
@@ -522,7 +641,7 @@ class Dispatcher(StreamConsumer):
         g = await self._game(gid)
         bot = g.seats[g.to_move - 1]["name"] if g is not None and g.to_move else None
         if bot is not None and await self._served_bot(gid, served):
-            await self.redis.zadd(self.keys.clocks(p), {member: self.clock() + self.unserved_ms})
+            await self._accepted(p, Writes().add(member, self.clock() + self.unserved_ms))
             return None
         self.unserved_aborted += 1
         # An outside bot (registered at the gateway) is served by its connection: it left.

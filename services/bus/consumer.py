@@ -405,11 +405,26 @@ class StreamConsumer:
             self._claiming = asyncio.ensure_future(self.reader.claim_strays(streams))
             self._claiming.add_done_callback(seen)
 
+    def fence(self, p: int) -> int:
+        """The epoch this member's writes in partition `p` carry, for its scripts to check
+        against the partition's lease (`Keys.lease`): 0 (not checked) for a consumer that
+        does not divide the partitions, -1 (always refused) for one not held."""
+        return 0 if self.ownership is None else self.ownership.epoch(p)
+
     def lose(self, p: int) -> None:
         """A write under partition `p`'s epoch was refused: another member owns it now
-        (the next `rebalance` stops reading it)."""
+        (the next `rebalance` stops reading it, and claims nothing of it)."""
         if self.ownership is not None:
             self.ownership.lose(p)
+        self.forget_partitions({p})
+
+    async def ack_unfenced(self, entries: Sequence[Entry], fenced: set[int]) -> None:
+        """Acknowledge the entries, but those of the partitions `fenced` (a write there was
+        refused, `lose`): they stay pending for the partition's new owner to claim."""
+        if fenced and self.partition_streams is not None:
+            gone = {self.partition_streams[p] for p in fenced}
+            entries = [e for e in entries if e.stream not in gone]
+        await self.reader.ack(entries)
 
     async def _serve_ready(self, stop: asyncio.Event) -> None:
         """Create the groups (retrying while Redis is away), then say so."""

@@ -16,10 +16,12 @@ their partitions and Redis Cluster's masters their slots:
   `LEASE_MS` frees itself, so a dead member's partitions move within two seconds.
 - **Fencing.** A lease's `epoch` grows each time it changes hands. A write that must come
   from the owner carries the epoch it holds, and the script refuses another
-  (`services.engine_service.store`: `Fenced`): an owner that was paused past its lease
-  and resumes cannot write over its successor. On a replicated Redis a member uses a
-  partition it took only once `replicas` replicas have the new epoch (WAIT, at most
-  `TAKE_WAIT_MS`): a take the failover lost would hand the same epoch to the next taker.
+  (`services.engine_service.store`: `Fenced`; `services.projector.write`: `FENCED`; the
+  dispatcher's clock scripts, before it sends a turn): an owner that was paused past its
+  lease and resumes cannot write over its successor. On a
+  replicated Redis a member uses a partition it took only once `replicas` replicas have
+  the new epoch (WAIT, at most `TAKE_WAIT_MS`): a take the failover lost would hand the
+  same epoch to the next taker.
 - **Handover.** A member that takes a partition claims the entries still pending there
   (`GroupReader.claim_strays`): those its predecessor read and never acknowledged.
 - **Another host's death.** A round waits at most `BEATS_WAIT_S` for the beats and

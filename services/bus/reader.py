@@ -106,8 +106,10 @@ async def trim_acknowledged(redis: Client, stream: str, groups: Sequence[str]) -
     for name in groups:
         g = by_name[name]
         delivered = as_text(g["last-delivered-id"])
-        if g["pending"]:
-            summary: Any = await redis.xpending(stream, name)
+        # XINFO said pending, but the group may have acknowledged the last of them since:
+        # then there is no oldest entry, and what XINFO said it delivered is the floor.
+        summary: Any = await redis.xpending(stream, name) if g["pending"] else None
+        if summary and summary["min"] is not None:
             delivered = min(delivered, as_text(summary["min"]), key=_id_key)
         else:
             ms, n = _id_key(delivered)
@@ -440,8 +442,9 @@ class GroupReader:
         them. Entries delivered `max_deliveries` times go to `poison` instead.
         """
         idle = min(self.dead_idle_ms, self.claim_idle_ms)
+        streams = list(self.streams)  # a rebalance may change them while this waits
         pipe = self.redis.pipeline(transaction=False)
-        for stream in self.streams:
+        for stream in streams:
             pipe.xpending_range(stream, self.group, "-", "+", self.count, idle=idle)
         rows_by_stream: list[Any] = await pipe.execute(raise_on_error=False)
         owners = {
@@ -453,7 +456,7 @@ class GroupReader:
         owners.discard(self.consumer)
         dead = await self.dead_consumers(owners)
         take: dict[str, list[tuple[bytes, int]]] = {}
-        for stream, rows in zip(self.streams, rows_by_stream, strict=True):
+        for stream, rows in zip(streams, rows_by_stream, strict=True):
             if isinstance(rows, Exception):
                 continue  # no group yet: the next read makes it
             for row in rows:
@@ -495,12 +498,9 @@ class GroupReader:
 
     async def forget_dead_consumers(self) -> int:
         """Remove consumers with nothing pending and no fresh heartbeat from the group."""
-        pipe = self.redis.pipeline(transaction=False)
-        for stream in self.streams:
-            pipe.xinfo_consumers(stream, self.group)
-        infos = await pipe.execute(raise_on_error=False)
+        streams, infos = await self._consumers()
         idle_empty: dict[str, list[str]] = {}
-        for stream, consumers in zip(self.streams, infos, strict=True):
+        for stream, consumers in zip(streams, infos, strict=True):
             if isinstance(consumers, Exception):
                 continue
             for c in consumers:
@@ -522,16 +522,22 @@ class GroupReader:
 
         A consumer with pending entries stays, so that another one can claim them.
         """
-        pipe = self.redis.pipeline(transaction=False)
-        for stream in self.streams:
-            pipe.xinfo_consumers(stream, self.group)
-        infos = await pipe.execute(raise_on_error=False)
-        for stream, consumers in zip(self.streams, infos, strict=True):
+        for stream, consumers in zip(*await self._consumers(), strict=True):
             if isinstance(consumers, Exception):
                 continue
             for c in consumers:
                 if as_text(c["name"]) == self.consumer and int(c["pending"]) == 0:
                     await self.redis.xgroup_delconsumer(stream, self.group, self.consumer)
+
+    async def _consumers(self) -> tuple[list[str], list[Any]]:
+        """The streams read, and the group's consumers on each (XINFO CONSUMERS, or the
+        error in its place), in one pipeline. The streams are taken once: a rebalance may
+        change them while this waits."""
+        streams = list(self.streams)
+        pipe = self.redis.pipeline(transaction=False)
+        for stream in streams:
+            pipe.xinfo_consumers(stream, self.group)
+        return streams, await pipe.execute(raise_on_error=False)
 
     async def ack(self, entries: Sequence[Entry]) -> None:
         by_stream: dict[str, list[bytes]] = {}

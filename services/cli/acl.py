@@ -177,7 +177,11 @@ def grants(prefix: str = DEFAULT_PREFIX, bots: Sequence[str] = ()) -> dict[str, 
         "projector": [
             feeds,
             read_logs,
-            Grant("the read-model write script (keys it names)", SCRIPTS, both=(*models, log)),
+            Grant(
+                "the read-model write script (keys it names)",
+                SCRIPTS,
+                both=(*models, log, k.lease(0, "projector")),
+            ),
             Grant(
                 "the guarded read-model write (its commands)",
                 ("hget", "hmget", "hset", "hdel", "set", "del", "zadd", "zrem"),
@@ -200,7 +204,11 @@ def grants(prefix: str = DEFAULT_PREFIX, bots: Sequence[str] = ()) -> dict[str, 
                 ("zrange", "zmscore", "get"),
                 read=(k.index_pattern(), k.view("*")),
             ),
-            Grant("the timeout-claim script (its keys)", SCRIPTS, both=(clocks, commands)),
+            Grant(
+                "the clock and timeout-claim scripts (their keys)",
+                SCRIPTS,
+                both=(clocks, commands, k.lease(0, "dispatcher")),
+            ),
             send,
             Grant(
                 "fill inboxes; who serves a bot", ("xadd", "xinfo|groups", "xlen"), both=(inboxes,)

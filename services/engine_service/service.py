@@ -174,7 +174,7 @@ class EngineService(StreamConsumer):
             reply_ttl_ms=reply_ttl_ms,
             replicas=self.replicas,
             replica_timeout_ms=self.replica_timeout_ms,
-            fence=self._fence,
+            fence=self.fence,
         )
         #: the rules, once the secret is known (`setup`)
         self.rules = Rules(secret) if secret is not None else None
@@ -212,11 +212,6 @@ class EngineService(StreamConsumer):
 
     def dead_letter_for(self, entry: Entry) -> str:
         return self.keys.dead_letter(self._streams.get(entry.stream, 0))
-
-    def _fence(self, p: int) -> int:
-        """The epoch this engine's commits in partition `p` carry (0: not fenced, an engine
-        that reads every partition: `drain`, or `share` off)."""
-        return 0 if self.ownership is None else self.ownership.epoch(p)
 
     def forget(self) -> None:
         self._cache.clear()

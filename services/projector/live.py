@@ -8,6 +8,12 @@ started from. A refused write (another projector or a rebuild got there first) d
 cached fold and folds the game again from its log. A gap (a restart, a trimmed feed, a
 lost race) folds from the log too, so the read models always end at the log's head.
 
+When the projectors divide the partitions (`services.bus.ownership`), each write carries
+the epoch of its partition's lease (`fence`), and the script refuses it once another
+projector holds the lease: one paused past its lease that resumes writes nothing there,
+gives the partition up (`lose`) and leaves the batch's entries of it pending, for the new
+owner to claim.
+
 With `replicas` (`--ack-replicas`, as the engine's), a batch is acknowledged only once the
 server that serves each partition holds its games' models up to the batch's events and that
 many replicas confirmed it (`write.unconfirmed`); otherwise the batch is read again. So a
@@ -29,7 +35,7 @@ from services.bus.consumer import ConsumerOptions, ConsumerSettings, StreamConsu
 from services.bus.keys import FEED_GROUPS, PROJECTOR_GROUP, Keys
 from services.bus.reader import Entry
 from services.gamelog.fold import GameFold, fold
-from services.projector.write import Write, head_of, unconfirmed, write
+from services.projector.write import FENCED, Write, head_of, unconfirmed, write
 
 log = logging.getLogger("agon.projector")
 
@@ -62,10 +68,12 @@ class Projector(StreamConsumer):
         keys = keys or Keys()
         feeds = [keys.feed(p) for p in keys.all_partitions()]
         self.join(redis, keys, feeds, PROJECTOR_GROUP, settings, partitioned=True, **options)
-        #: events read, game writes done, games folded again from their logs
+        #: events read, game writes done, games folded again from their logs, game writes
+        #: refused because another projector owns the partition now (entries left pending)
         self.events = 0
         self.writes = 0
         self.refolds = 0
+        self.fenced = 0
         #: per game: its fold, and the cells that fold last wrote
         self._cache: LRU[str, tuple[GameFold, dict[tuple[str, str], Any] | None]] = LRU(
             self.settings.cache_size
@@ -76,6 +84,7 @@ class Projector(StreamConsumer):
             "events": self.events,
             "writes": self.writes,
             "refolds": self.refolds,
+            "fenced": self.fenced,
             "set_aside": self.entries_set_aside,
         }
 
@@ -103,13 +112,17 @@ class Projector(StreamConsumer):
             if seq > tips.get(gid, (0, b""))[0]:
                 tips[gid] = (seq, entry.data or b"")  # never empty: feed_event read it
         held: dict[str, int] = {}
+        fenced: set[int] = set()
         pending = list(by_game)
         for _ in range(3):
             if not pending:
                 break
-            pending = await self._project(pending, by_game, tips, held)
+            pending = await self._project(pending, by_game, tips, held, fenced)
         if pending:
             log.warning("projector: %d games kept racing; their next event retries", len(pending))
+        if fenced:
+            # Partitions given up: their models are the new owner's to confirm.
+            held = {g: s for g, s in held.items() if self.keys.partition(g) not in fenced}
         if self.replicas and held:
             short = await unconfirmed(
                 self.redis, self.keys, held, self.replicas, self.replica_timeout_ms
@@ -118,7 +131,7 @@ class Projector(StreamConsumer):
                 raise ReplicasBehind(
                     f"the read models of {len(short)} games lack {self.replicas} replicas"
                 )
-        await self.reader.ack(entries)
+        await self.ack_unfenced(entries, fenced)
 
     async def _project(
         self,
@@ -126,9 +139,11 @@ class Projector(StreamConsumer):
         by_game: dict[str, list[EventMap]],
         tips: dict[str, tuple[int, bytes]],
         held: dict[str, int],
+        fenced: set[int],
     ) -> list[str]:
         """Fold and write the games' new events; return the games whose write was refused.
-        `held` gets the seq each game's stored models now reach, as far as this knows.
+        `held` gets the seq each game's stored models now reach, as far as this knows;
+        `fenced` the partitions another projector owns now (`_write`).
 
         Each write names the log entry its fold ended with (`Write.head`), so it lands
         only where the log holds that entry: after a failover the new master may lack an
@@ -174,7 +189,7 @@ class Projector(StreamConsumer):
             head = head_of(data) if tip == game.seq else ""
             writes.append(Write(game, stored, stored, since, head))
         writes.extend(await self._refold(refold, seen))
-        return await self._write(writes, held)
+        return await self._write(writes, held, fenced)
 
     async def _refold(self, game_ids: list[str], seen: dict[str, int]) -> list[Write]:
         """Fold games from their logs (a cache miss or a gap) up to the log head."""
@@ -195,11 +210,23 @@ class Projector(StreamConsumer):
             out.append(Write(game, seen[gid], seen[gid], head=head_of(entries[-1].data)))
         return out
 
-    async def _write(self, writes: list[Write], held: dict[str, int]) -> list[str]:
-        results = await write(self.redis, self.keys, writes, written=True)
+    async def _write(
+        self, writes: list[Write], held: dict[str, int], fenced: set[int]
+    ) -> list[str]:
+        """Write the folds, each under its partition's lease epoch; return the games whose
+        write another write beat, to fold again. A partition whose lease another projector
+        holds now goes to `fenced` and is given up: its games are neither retried nor held."""
+        results = await write(self.redis, self.keys, writes, written=True, fence=self.fence)
         refused: list[str] = []
         for w, (result, cells) in zip(writes, results, strict=True):
             game = w.game
+            if result == FENCED:
+                self.fenced += 1
+                p = self.keys.partition(game.game_id)
+                if p not in fenced:
+                    fenced.add(p)
+                    self.lose(p)  # drops its games' folds too
+                continue
             if result != -1:
                 # Someone else projected this game meanwhile: fold again from what is stored.
                 self._cache.pop(game.game_id)

@@ -8,6 +8,11 @@ live projector writes only on top of exactly what it folded (`lo == hi == seen`)
 only where the stored models are not ahead of its fold (`0 <= seen <= seq`). Nothing is a
 counter, so a write never depends on what it replaces: rebuilding while play goes on, or
 writing the same cells twice, leaves the right models.
+
+A live projector that divides the partitions with others (`services.bus.ownership`) also
+names the epoch of the partition's lease it holds (`fence`): once another projector holds
+the lease, the call writes nothing, so one paused past its lease cannot write over its
+successor when it resumes.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
 from services.bus.connection import Client
-from services.bus.keys import Keys
+from services.bus.keys import PROJECTOR_GROUP, Keys
 from services.bus.scripts import Script
 from services.bus.text import as_text
 from services.gamelog.fold import GameFold
@@ -34,21 +39,30 @@ from services.projector.models import Cell, Kind, game_cells
 # per key rather than one per cell: the guards are read in one HMGET, then each key gets
 # one ZADD/ZREM/HSET/HDEL with the members of the games whose guard held (a view, one
 # SET or DEL each), then the seen hash one HSET.
-# KEYS: every key the call names, the partition's seen hash first.
-# ARGV[1]: msgpack of [ids, lo, hi, new seens, groups, heads], each group [command, key
-#   index (into KEYS), the game index (1..n) of each item, the items' arguments, flat]: a
-#   SET item is its value, DEL none, ZADD score and member, ZREM a member, HSET field and
-#   value, HDEL a field; each head [key index of the game's log, sha1 of the bytes of its
-#   entry `new seen`] or [0] (not checked). One packed argument instead of thousands keeps
+# KEYS: every key the call names, the partition's seen hash first, the projectors' lease
+#   of the partition second.
+# ARGV[1]: msgpack of [fence, ids, lo, hi, new seens, groups, heads]: the fence is the
+#   lease epoch the writer holds (0: not checked), each group [command, key index (into
+#   KEYS), the game index (1..n) of each item, the items' arguments, flat]: a SET item is
+#   its value, DEL none, ZADD score and member, ZREM a member, HSET field and value, HDEL
+#   a field; each head [key index of the game's log, sha1 of the bytes of its entry `new
+#   seen`] or [0] (not checked). One packed argument instead of thousands keeps
 #   both the client's encoding and the script's argument handling cheap; when every guard
 #   held (rebuild, and the live projector almost always) each group's arguments go to
 #   Redis as they came.
-# Returns per game -1 when written, else the stored seen that refused it.
+# Returns per game -1 when written, else the stored seen that refused it; or, when the
+# fence is not the lease's epoch (another projector owns the partition now), -2 (`FENCED`)
+# for every game, and nothing is written.
 _WRITE = Script(
     """
 local d = cmsgpack.unpack(ARGV[1])
-local ids, lo, hi, new, groups, heads = d[1], d[2], d[3], d[4], d[5], d[6]
+local fence, ids, lo, hi, new, groups, heads = d[1], d[2], d[3], d[4], d[5], d[6], d[7]
 local n = #ids
+if fence ~= 0 and tonumber(redis.call('HGET', KEYS[2], 'epoch') or '0') ~= fence then
+  local out = {}
+  for g = 1, n do out[g] = -2 end
+  return out
+end
 local stored = redis.call('HMGET', KEYS[1], unpack(ids))
 -- Whether this server's log holds the very event the fold ended with: after a failover
 -- it may hold another event of that seq, or none, and models of a lost event are wrong.
@@ -100,6 +114,9 @@ return out
 )
 #: Games per script call: enough to amortise the call, few enough not to stall the server.
 WRITES_PER_CALL = 64
+#: A game's answer when its partition's lease is another projector's: no stored seen (>= 0)
+#: and not "written" (-1).
+FENCED = -2
 
 _OPS: dict[tuple[Kind, bool], str] = {
     ("string", True): "SET",
@@ -161,11 +178,15 @@ def _groups(writes: Sequence[Write], cells: Sequence[Sequence[Cell]]) -> Groups:
 
 
 def _call(
-    keys: Keys, p: int, writes: Sequence[Write], cells: Sequence[Sequence[Cell]]
+    keys: Keys,
+    p: int,
+    writes: Sequence[Write],
+    cells: Sequence[Sequence[Cell]],
+    fence: Callable[[int], int] | None,
 ) -> tuple[list[str], list[Any]]:
     """One script call for games of partition `p`: its keys and its one argument."""
-    script_keys = [keys.projector_seen(p)]
-    index: dict[str, int] = {script_keys[0]: 1}
+    script_keys = [keys.projector_seen(p), keys.lease(p, PROJECTOR_GROUP)]
+    index = {key: i for i, key in enumerate(script_keys, start=1)}
 
     def at(key: str) -> int:
         if key not in index:
@@ -179,6 +200,7 @@ def _call(
     heads = [[at(keys.log(w.game.game_id)), w.head] if w.head else [0] for w in writes]
     packed = msgpack.packb(
         [
+            fence(p) if fence is not None else 0,
             [w.game.game_id for w in writes],
             [w.lo for w in writes],
             [w.hi for w in writes],
@@ -253,15 +275,21 @@ async def write(
     *,
     written: bool = False,
     optimistic: bool = False,
+    fence: Callable[[int], int] | None = None,
 ) -> list[tuple[int, dict[tuple[str, str], Any] | None]]:
-    """The writes in one round trip; per write -1 (done) or the seen that refused it, and
-    (with `written`) the game's cells as now written, for the next write's `since`.
+    """The writes in one round trip; per write -1 (done), the seen that refused it or
+    `FENCED`, and (with `written`) the game's cells as now written, for the next write's
+    `since`.
+
+    `fence` gives per partition the epoch of its projectors' lease the writer holds (the
+    live projector's `StreamConsumer.fence`); None or 0: not checked (rebuild).
 
     With `optimistic` (many games per partition, rarely written by anyone else: rebuild),
     a single server gets each partition's games as one watched transaction (`_watched`:
     three round trips; rebuild's chunk of a thousand games holds the server about 8 ms),
     and only those another write interrupted go through the script.
     """
+    assert fence is None or not optimistic, "a watched transaction checks no fence"
     if not writes:
         return []
     cells = [game_cells(keys, w.game) for w in writes]
@@ -285,7 +313,7 @@ async def write(
         todo = [c for c, answer in zip(todo, watched, strict=True) if answer is None]
     scripted = [c[i : i + WRITES_PER_CALL] for c in todo for i in range(0, len(c), WRITES_PER_CALL)]
     if scripted:
-        answers += await _WRITE.run_many(redis, [_call(keys, *part(c)) for c in scripted])
+        answers += await _WRITE.run_many(redis, [_call(keys, *part(c), fence) for c in scripted])
         calls += scripted
     out: list[tuple[int, dict[tuple[str, str], Any] | None]] = [(0, None)] * len(writes)
     for call, answer in zip(calls, answers, strict=True):

@@ -3,8 +3,9 @@
 Games are played through the whole pipeline in drain mode (engine, dispatcher, random
 workers, projector), then the read models are checked: the view of every game (with the
 surplus display for the chains games), the game index, per-bot results, that `rebuild`
-reproduces them byte for byte, that replaying the feed changes nothing, and that `verify`
-finds an edited event and an edited view.
+reproduces them byte for byte, that replaying the feed changes nothing, that `verify`
+finds an edited event and an edited view, and that a projector whose partition's lease
+another took writes nothing there (fencing).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from schemas.commands import CreateGame, PlayMove, SeatPlayer, SeatSpec
 from services.bus.clients import QueryClient
 from services.bus.connection import ReplicasBehind
 from services.bus.keys import PROJECTOR_GROUP, Keys
+from services.bus.ownership import Ownership
 from services.bus.reader import Entry
 from services.cli.pipeline import ServiceSet, create_games, wait_until_ended
 from services.engine_service import EngineService
@@ -528,3 +530,37 @@ async def test_a_watched_write_interrupted_by_another_write_writes_nothing(
     ((refused, _),) = await write.write(redis, KEYS, [rebuild_write(stale)], optimistic=True)
     assert refused == newer.seq
     assert (await verify(redis, KEYS)).problems == []
+
+
+async def test_a_projector_paused_past_its_lease_writes_nothing_after_it_resumes(
+    redis: aioredis.Redis,
+) -> None:
+    """The attack fencing stops, as for the engine (`tests/bus/test_ownership.py`): projector
+    A owns partition p, stalls past its lease; B takes p; A wakes up and projects p's feed.
+    Nothing of it may land, and its entries stay pending for B, whose epoch writes."""
+    [gid] = await create_games(redis, KEYS, [("teeko", {})], 1, BOTS)
+    await EngineService(redis, KEYS).drain()
+    p = KEYS.partition(gid)
+    feed = KEYS.feed(p)
+    events = await redis.xlen(feed)
+    old = Projector(redis, KEYS)
+    old.ownership = Ownership(redis, KEYS, Projector.role, old.reader.consumer, lease_ms=200)
+    await old.ownership.round()
+    epoch = old.ownership.epoch(p)
+    assert epoch > 0
+    await asyncio.sleep(0.3)  # A's lease lapses while it sleeps
+    new = Projector(redis, KEYS)
+    new.ownership = Ownership(redis, KEYS, Projector.role, new.reader.consumer)
+    await new.ownership.round()
+    assert new.ownership.epoch(p) == epoch + 1
+    assert await old.drain() == events
+    assert await snapshot(redis, KEYS) == {}, "a fenced projector wrote read models"
+    assert await redis.hget(KEYS.projector_seen(p), gid) is None
+    assert (await redis.xpending(feed, PROJECTOR_GROUP))["pending"] == events
+    assert (old.stats()["fenced"], old.writes) == (1, 0)
+    assert p not in old.ownership.owned
+    assert await new.reader.claim_strays([feed]) == events
+    await new.drain()
+    assert (await view(redis, gid))["seq"] == await redis.xlen(KEYS.log(gid))
+    assert (await redis.xpending(feed, PROJECTOR_GROUP))["pending"] == 0
+    assert new.stats()["fenced"] == 0
