@@ -18,10 +18,9 @@ their partitions and Redis Cluster's masters their slots:
   from the owner carries the epoch it holds, and the script refuses another
   (`services.engine_service.store`: `Fenced`; `services.projector.write`: `FENCED`; the
   dispatcher's clock scripts, before it sends a turn): an owner that was paused past its
-  lease and resumes cannot write over its successor. On a
-  replicated Redis a member uses a partition it took only once `replicas` replicas have
-  the new epoch (WAIT, at most `TAKE_WAIT_MS`): a take the failover lost would hand the
-  same epoch to the next taker.
+  lease and resumes cannot write over its successor. On a replicated Redis a member uses
+  a partition it took only once `replicas` replicas have the new epoch (WAIT, at most
+  `TAKE_WAIT_MS`): a take the failover lost would hand the same epoch to the next taker.
 - **Handover.** A member that takes a partition claims the entries still pending there
   (`GroupReader.claim_strays`): those its predecessor read and never acknowledged.
 - **Another host's death.** A round waits at most `BEATS_WAIT_S` for the beats and
