@@ -22,6 +22,7 @@ import hashlib
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -52,6 +53,8 @@ DEAD_LETTER_MAXLEN = 10_000
 DEAD_LETTER_KEEP_BYTES = 4096
 #: How often a consumer trims acknowledged entries and logs its stats line (with -v).
 TRIM_EVERY_S = 5.0
+#: The least pause between two rounds of periodic work.
+MIN_PAUSE_S = 0.02
 
 
 def consumer_name(role: str) -> str:
@@ -299,16 +302,27 @@ class StreamConsumer:
                 await self.heartbeat()
                 return
 
-    async def _every(self, seconds: float, work: Any, done: asyncio.Event) -> None:
+    async def _every(
+        self, seconds: float, work: Any, done: asyncio.Event, *, rate: bool = False
+    ) -> None:
         """Run `work()` every `seconds` until `done`, beside the loop: a failure (Redis away)
-        is logged at debug level and the next round tries again."""
+        is logged at debug level and the next round tries again. With `rate`, `seconds`
+        from start to start (a round slowed down by a starved host does not stretch the
+        period its leases are renewed at), and sooner when a lease this member waits for
+        expires sooner (`Ownership.due_s`)."""
         while not done.is_set():
+            began = time.monotonic()
             try:
                 await work()
             except Exception as exc:
                 log.debug("%s: %s failed: %s", self.reader.consumer, work.__name__, exc)
+            pause = seconds
+            if rate:
+                pause -= time.monotonic() - began
+                if self.ownership is not None and self.ownership.due_s is not None:
+                    pause = min(pause, self.ownership.due_s)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(done.wait(), seconds)
+                await asyncio.wait_for(done.wait(), max(pause, MIN_PAUSE_S))
 
     def partitions(self) -> list[int]:
         """The partitions this consumer serves: its share while it runs, else every one."""
@@ -346,7 +360,7 @@ class StreamConsumer:
         name = self.reader.consumer
         housekeeping = asyncio.create_task(self._every(TRIM_EVERY_S, self.housekeeping, done))
         sharing = (
-            asyncio.create_task(self._every(ROUND_S, self.rebalance, done))
+            asyncio.create_task(self._every(ROUND_S, self.rebalance, done, rate=True))
             if self.ownership is not None
             else None
         )

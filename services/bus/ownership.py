@@ -55,10 +55,12 @@ LEASE_MS = 1500
 ROUND_S = 0.25
 #: How long a take waits for the replicas (ms); one not confirmed is tried next round.
 TAKE_WAIT_MS = 200
+#: A lease another member holds is asked for again this long after it expires (ms).
+DUE_MARGIN_MS = 10
 
 # KEYS[1]: the lease. ARGV[1]: the member, ARGV[2]: the lease's length (ms). Renews a
 # lease the member holds, takes one that is free or expired (the epoch grows); returns
-# the epoch held, or 0 when another member holds it.
+# the epoch held, or when another member holds it, minus the ms until it expires.
 _TAKE = Script(
     """
 local t = redis.call('TIME')
@@ -66,7 +68,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = redis.call('HMGET', KEYS[1], 'owner', 'epoch', 'expires')
 local owner, epoch, expires = lease[1], tonumber(lease[2] or '0'), tonumber(lease[3] or '0')
 if owner ~= ARGV[1] then
-  if owner and owner ~= '' and expires > now then return 0 end
+  if owner and owner ~= '' and expires > now then return now - expires end
   epoch = epoch + 1
 end
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'epoch', epoch, 'expires', now + tonumber(ARGV[2]))
@@ -131,6 +133,10 @@ class Ownership:
         self.owned: dict[int, int] = {}
         #: partitions this member took over and gave up, since it started
         self.moves = 0
+        #: when the soonest lease this member wants and another holds expires (s from the
+        #: last round; None: none): the next round comes no later (a dead member's share
+        #: moves as soon as its leases lapse, not up to a round after)
+        self.due_s: float | None = None
         self.sight = Sight()
         self._members: list[str] | None = None
 
@@ -182,12 +188,15 @@ class Ownership:
             _TAKE.run_per_node(self.redis, self._leases(renewing), NODE_WAIT_S),
             self._take(taking),
         )
+        due_ms: int | None = None
         for p, answer in zip([*renewing, *taking], [*renewed, *took], strict=True):
             if isinstance(answer, UNANSWERED):
                 continue  # its master is away: what is held stays held (its epoch fences it)
             if isinstance(answer, Exception):
                 raise answer
-            epoch, held = int(answer), self.owned.get(p)
+            epoch, held = max(0, int(answer)), self.owned.get(p)
+            if int(answer) < 0:  # another member holds it, this long yet
+                due_ms = min(-int(answer), due_ms if due_ms is not None else -int(answer))
             if epoch and held is None:
                 change.taken.append(p)
             elif held is not None and epoch != held:
@@ -198,6 +207,7 @@ class Ownership:
             else:
                 self.owned.pop(p, None)
         self.moves += len(change.taken) + len(change.lost)
+        self.due_s = None if due_ms is None else (due_ms + DUE_MARGIN_MS) / 1000
         return change
 
     def lose(self, p: int) -> None:
@@ -231,6 +241,6 @@ class Ownership:
             return [exc] * len(calls)
         unconfirmed = TimeoutError(f"a take not confirmed by {self.replicas} replica(s)")
         return [
-            answer if confirmed or isinstance(answer, Exception) or not answer else unconfirmed
+            answer if confirmed or isinstance(answer, Exception) or answer <= 0 else unconfirmed
             for answer, confirmed in answers
         ]

@@ -87,6 +87,24 @@ async def test_a_dead_members_partitions_move_within_two_seconds(
     assert all(a.owned[p] == epoch + 1 for p, epoch in lost.items())
 
 
+async def test_a_dead_members_partitions_are_asked_for_as_its_leases_lapse(
+    redis: aioredis.Redis, namespace: str
+) -> None:
+    """A member that wants a partition another holds learns when that lease lapses
+    (`due_s`), so a dead member's share moves then, not up to a round later."""
+    keys = Keys(prefix=namespace)
+    a, b = await members(redis, keys, "engine-a", "engine-b")
+    await settled([a, b])
+    assert b.due_s is None, "a member waits on a lease while every share is held"
+    await redis.hdel(keys.processes(), "engine-a")  # a dies: no beat, no renewal
+    await b.round()
+    assert b.due_s is not None and 0 < b.due_s <= LEASE_MS / 1000 + 0.05
+    await asyncio.sleep(b.due_s)
+    await b.round()
+    assert set(b.owned) == set(keys.all_partitions()), "the lapsed leases were not taken"
+    assert b.due_s is None
+
+
 async def test_an_owner_paused_past_its_lease_cannot_write_after_it_resumes(
     redis: aioredis.Redis, namespace: str
 ) -> None:
