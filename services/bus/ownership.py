@@ -146,7 +146,11 @@ class Ownership:
 
     async def members(self) -> list[str]:
         """The kind's live members, this one among them. While the beats cannot be read,
-        and for a moment after (`Sight`), no member it knew is dropped."""
+        and for a moment after (`Sight`), no member it knew is dropped. A member counts
+        while its last beat is younger than a lease: one whose beats a starved host held
+        back for over `ALIVE_MS` still renews its leases, and taking its share from it
+        then only to hand it back costs both a handover; a dead one's leases lapse no
+        sooner anyway."""
         began, copies = now_ms(), beat_keys(self.redis, self.keys)
         try:
             async with asyncio.timeout(BEATS_WAIT_S):
@@ -159,7 +163,9 @@ class Ownership:
             return self._members
         now, beats = now_ms(), beats_of(newest(answers.answers))
         live = {self.member}
-        live.update(n for n, b in beats.items() if b.role == self.kind and alive(b, now))
+        live.update(
+            n for n, b in beats.items() if b.role == self.kind and alive(b, now, self.lease_ms)
+        )
         fresh = answers.fresh((b.time for b in beats.values()), now)
         if not self.sight.read(now, now - began, fresh) and self._members is not None:
             live.update(self._members)

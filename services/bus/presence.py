@@ -95,9 +95,10 @@ def _time(value: Any) -> int:
         return 0
 
 
-def alive(beat: Beat | None, now: int) -> bool:
-    """Whether the process that beat `beat` counts as alive at `now`: the one rule."""
-    return beat is not None and now - beat.time <= ALIVE_MS
+def alive(beat: Beat | None, now: int, within_ms: int = ALIVE_MS) -> bool:
+    """Whether the process that beat `beat` counts as alive at `now`: the one rule (a
+    member's share of the partitions allows it as long as its leases, `within_ms`)."""
+    return beat is not None and now - beat.time <= within_ms
 
 
 #: Once one copy of the beats answered, how long the other may take.

@@ -11,6 +11,7 @@ moves its share to the other.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import redis.asyncio as aioredis
@@ -19,7 +20,7 @@ from schemas.codec import encode
 from schemas.events import GameCreated
 from services.bus.keys import ENGINE_GROUP, Keys
 from services.bus.ownership import LEASE_MS, Ownership, share
-from services.bus.presence import beat
+from services.bus.presence import ALIVE_MS, beat
 from services.cli.pipeline import ServiceSet, create_games, wait_until_ended
 from services.engine_service import EngineService, EventStore
 from services.engine_service.store import Commit, Fenced
@@ -85,6 +86,24 @@ async def test_a_dead_members_partitions_move_within_two_seconds(
         await a.round()
         await asyncio.sleep(0.1)
     assert all(a.owned[p] == epoch + 1 for p, epoch in lost.items())
+
+
+async def test_a_member_whose_beats_are_late_but_younger_than_a_lease_keeps_its_share(
+    redis: aioredis.Redis, namespace: str
+) -> None:
+    """A starved host holds a member's beats back past `ALIVE_MS` while it still renews its
+    leases: the others leave its share alone (taking it, then handing it back, cost both a
+    handover), and take it once its beat is older than a lease."""
+    keys = Keys(prefix=namespace)
+    a, b = await members(redis, keys, "engine-a", "engine-b")
+    await settled([a, b])
+    late = json.loads(await redis.hget(keys.processes(), "engine-a"))
+    late["time"] = int(time.time() * 1000) - ALIVE_MS - 200
+    await redis.hset(keys.processes(), "engine-a", json.dumps(late))
+    assert "engine-a" in await b.members()
+    late["time"] = int(time.time() * 1000) - LEASE_MS - 200
+    await redis.hset(keys.processes(), "engine-a", json.dumps(late))
+    assert "engine-a" not in await b.members()
 
 
 async def test_a_dead_members_partitions_are_asked_for_as_its_leases_lapse(
