@@ -55,6 +55,7 @@ DEAD_LETTER_KEEP_BYTES = 4096
 TRIM_EVERY_S = 5.0
 #: The least pause between two rounds of periodic work.
 MIN_PAUSE_S = 0.02
+FIRST = asyncio.FIRST_COMPLETED
 
 
 def consumer_name(role: str) -> str:
@@ -194,6 +195,8 @@ class StreamConsumer:
         )
         self.write_watch = WriteWatch()
         self.spells_unwritten = []
+        #: set to start the next ownership round at once (`_every` with `rate`)
+        self._round_now = asyncio.Event()
 
     async def process(self, entries: Sequence[Entry]) -> None:
         """Write the effects of a batch, then acknowledge it."""
@@ -239,6 +242,8 @@ class StreamConsumer:
         if hit:
             self.spells_unwritten.append((spell, hit))
             self.spell_seen(spell, hit)
+            # Its leases answer again: renew and take them now, not up to a round later.
+            self._round_now.set()
 
     def with_unwritten(
         self, read: dict[int | None, list[outages.Spell]]
@@ -309,7 +314,8 @@ class StreamConsumer:
         is logged at debug level and the next round tries again. With `rate`, `seconds`
         from start to start (a round slowed down by a starved host does not stretch the
         period its leases are renewed at), and sooner when a lease this member waits for
-        expires sooner (`Ownership.due_s`)."""
+        expires sooner (`Ownership.due_s`) or a master that was away answers again
+        (`master_away`)."""
         while not done.is_set():
             began = time.monotonic()
             try:
@@ -321,8 +327,12 @@ class StreamConsumer:
                 pause -= time.monotonic() - began
                 if self.ownership is not None and self.ownership.due_s is not None:
                     pause = min(pause, self.ownership.due_s)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(done.wait(), max(pause, MIN_PAUSE_S))
+            ends = [asyncio.ensure_future(e.wait()) for e in (done, self._round_now)[: 1 + rate]]
+            await asyncio.wait(ends, timeout=max(pause, MIN_PAUSE_S), return_when=FIRST)
+            for end in ends:
+                end.cancel()
+            if rate:
+                self._round_now.clear()
 
     def partitions(self) -> list[int]:
         """The partitions this consumer serves: its share while it runs, else every one."""

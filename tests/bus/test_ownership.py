@@ -24,6 +24,7 @@ from services.bus.presence import ALIVE_MS, beat
 from services.cli.pipeline import ServiceSet, create_games, wait_until_ended
 from services.engine_service import EngineService, EventStore
 from services.engine_service.store import Commit, Fenced
+from services.projector import Projector
 from tests.conftest import PrimaryAndReplica
 
 
@@ -122,6 +123,32 @@ async def test_a_dead_members_partitions_are_asked_for_as_its_leases_lapse(
     await b.round()
     assert set(b.owned) == set(keys.all_partitions()), "the lapsed leases were not taken"
     assert b.due_s is None
+
+
+async def test_a_master_that_answers_again_starts_the_next_round_at_once(
+    redis: aioredis.Redis, namespace: str
+) -> None:
+    """The leases on a master that failed over can be renewed and taken once its replica
+    took over (`master_away`): the next round starts then, not up to a period later."""
+    keys = Keys(prefix=namespace)
+    projector = Projector(redis, keys)
+    rounds: list[float] = []
+
+    async def work() -> None:
+        rounds.append(time.monotonic())
+
+    done = asyncio.Event()
+    loop = asyncio.ensure_future(projector._every(60.0, work, done, rate=True))
+    while not rounds:
+        await asyncio.sleep(0.01)
+    projector.master_away((0, 1), frozenset({keys.slot(0)}))
+    async with asyncio.timeout(5):
+        while len(rounds) < 2:
+            await asyncio.sleep(0.01)
+    done.set()
+    async with asyncio.timeout(1):
+        await loop  # and `done` ends it at once
+    assert len(rounds) == 2
 
 
 async def test_an_owner_paused_past_its_lease_cannot_write_after_it_resumes(
