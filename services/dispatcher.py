@@ -54,6 +54,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Unpack
 
+import msgpack
+
 from schemas.codec import FIELD, DecodeError, encode, event_hash, unpack, unpack_event
 from schemas.commands import Abort, ClaimTimeout
 from schemas.events import EventMap
@@ -69,7 +71,7 @@ from schemas.turns import TurnRequest
 from services.bus import outages
 from services.bus.cache import LRU
 from services.bus.clients import QueryClient, log_entries
-from services.bus.connection import Client
+from services.bus.connection import Client, is_cluster
 from services.bus.consumer import ConsumerOptions, ConsumerSettings, StreamConsumer
 from services.bus.delivery import HELD, TOOK
 from services.bus.keys import DISPATCHER_GROUP, FEED_GROUPS, Keys
@@ -122,6 +124,36 @@ return 0
 """
 )
 
+# A single server's whole batch in one call (no hash slots to keep apart there): per
+# partition the fence, then its clock changes (as `_CLOCKS`) and its turn requests, which
+# go out only where the fence held. KEYS: per partition its clocks zset and lease, in
+# pairs, then the inboxes. ARGV[1]: msgpack of [fence, [score or '', member, ...],
+# [[inbox key index, entry], ...]] per partition. Answers per partition 0, or -1 refused.
+_SEND = Script(
+    """
+local parts, out = cmsgpack.unpack(ARGV[1]), {}
+for i, part in ipairs(parts) do
+  local clocks, fence, changes = KEYS[2 * i - 1], part[1], part[2]
+  if fence ~= 0 and tonumber(redis.call('HGET', KEYS[2 * i], 'epoch') or '0') ~= fence then
+    out[i] = -1
+  else
+    for j = 1, #changes, 2 do
+      if changes[j] == '' then
+        redis.call('ZREM', clocks, changes[j + 1])
+      else
+        redis.call('ZADD', clocks, changes[j], changes[j + 1])
+      end
+    end
+    for _, turn in ipairs(part[3]) do
+      redis.call('XADD', KEYS[turn[1]], 'MAXLEN', '~', ARGV[2], '*', ARGV[3], turn[2])
+    end
+    out[i] = 0
+  end
+end
+return out
+"""
+)
+
 # Claim passed clocks of one partition: send each claim, then replace its clock by a
 # re-check (`AGAIN`), due `RECHECK_MS` later, that claims again while the game stands at that
 # seq: the engine may refuse a claim (its clock ran through a spell of refused writes the
@@ -163,7 +195,8 @@ class Writes:
 
     #: (member, score); a score of None removes the member
     clocks: list[tuple[str, int | None]] = field(default_factory=list)
-    turns: list[Command] = field(default_factory=list)
+    #: (inbox, turn request entry)
+    turns: list[tuple[str, bytes]] = field(default_factory=list)
 
     def add(self, member: str, score: int) -> Writes:
         self.clocks.append((member, score))
@@ -284,38 +317,64 @@ class Dispatcher(StreamConsumer):
         await self.ack_unfenced(entries, fenced)
 
     async def _send(self, writes: dict[int, Writes]) -> set[int]:
-        """Each partition's clock changes in one fenced call, then the turn requests of the
-        partitions whose call was accepted; with `replicas`, each confirmed by that many.
-        Returns the partitions refused (given up: `_refused`).
+        """Each partition's clock changes under its fence, and the turn requests of the
+        partitions whose fence held; with `replicas`, confirmed by that many. Returns the
+        partitions refused (given up: `_refused`).
 
-        Two round trips, even on a single server where one pipeline could carry both: a turn
-        request (in its bot's hash slot, unfenced) must not go out from a dispatcher that no
-        longer holds its partition. Clocks first also means a worker taking a turn always
-        finds its clock to start."""
+        A turn request must not go out from a dispatcher that no longer holds its
+        partition. A single server takes the whole batch in one call (`_SEND`). On a
+        cluster an inbox is in its bot's hash slot, which no script of the partition may
+        name: each partition's clocks go first (`_CLOCKS`), then the turns of those whose
+        fence held, a second round trip (which also means a worker taking a turn always
+        finds its clock to start)."""
         parts = [p for p, w in writes.items() if w.clocks or w.turns]
+        if not parts:
+            return set()
         fences = [self.fence(p) for p in parts]
-        calls = [
-            (self._clock_keys(p), [fence, *writes[p].args()])
-            for p, fence in zip(parts, fences, strict=True)
-        ]
-        if self.replicas:
-            replicated = await _CLOCKS.run_replicated(
-                self.redis, calls, self.replicas, self.replica_timeout_ms
-            )
-            confirmed(replicated, f"clocks lack {self.replicas} replicas")
-            answers = [answer for answer, _ in replicated]
+        if is_cluster(self.redis):
+            calls = [
+                (self._clock_keys(p), [fence, *writes[p].args()])
+                for p, fence in zip(parts, fences, strict=True)
+            ]
+            answers = await self._run(_CLOCKS, calls, "clocks")
         else:
-            answers = await _CLOCKS.run_many(self.redis, calls)
+            answers = (await self._run(_SEND, [self._one_call(writes, parts, fences)], "turns"))[0]
         refused: set[int] = set()
         for p, fence, answer in zip(parts, fences, answers, strict=True):
             if int(answer) < 0:
                 self._refused(p, fence)
                 refused.add(p)
         turns = [t for p in parts if p not in refused for t in writes[p].turns]
-        if turns:
-            await self._write(turns)
-            self.turns_sent += len(turns)
+        if turns and is_cluster(self.redis):
+            await self._write([(inbox, _xadd(inbox, entry)) for inbox, entry in turns])
+        self.turns_sent += len(turns)
         return refused
+
+    def _one_call(self, writes: dict[int, Writes], parts: list[int], fences: list[int]) -> Call:
+        """`_SEND`'s keys and arguments for the partitions' writes."""
+        keys = [key for p in parts for key in self._clock_keys(p)]
+        index: dict[str, int] = {}
+        packed = []
+        for p, fence in zip(parts, fences, strict=True):
+            turns = []
+            for inbox, entry in writes[p].turns:
+                if inbox not in index:
+                    keys.append(inbox)
+                    index[inbox] = len(keys)
+                turns.append([index[inbox], entry])
+            packed.append([fence, writes[p].args(), turns])
+        # Redis's cmsgpack reads no bin type: bytes go as (raw) str.
+        return keys, [msgpack.packb(packed, use_bin_type=False), INBOX_MAXLEN, FIELD]
+
+    async def _run(self, script: Script, calls: Sequence[Call], what: str) -> list[Any]:
+        """The script's calls; with `replicas`, each confirmed by that many."""
+        if not self.replicas:
+            return await script.run_many(self.redis, calls)
+        replicated = await script.run_replicated(
+            self.redis, calls, self.replicas, self.replica_timeout_ms
+        )
+        confirmed(replicated, f"{what} lack {self.replicas} replicas")
+        return [answer for answer, _ in replicated]
 
     async def _write(self, writes: list[Command]) -> None:
         if not self.replicas:
@@ -450,8 +509,9 @@ class Dispatcher(StreamConsumer):
         if seat["kind"] == "bot":
             out.turns.append(self._turn_request(g, deadline))
 
-    def _turn_request(self, g: GameFold, deadline: int) -> Command:
-        """The write that hands the bot to move in `g` its turn, due by `deadline` (0: none)."""
+    def _turn_request(self, g: GameFold, deadline: int) -> tuple[str, bytes]:
+        """The bot to move in `g`'s inbox, and the turn request that hands it its turn, due
+        by `deadline` (0: none)."""
         created, seat = g.created, g.seats[g.to_move - 1]
         request = TurnRequest(
             game_id=g.game_id,
@@ -468,8 +528,7 @@ class Dispatcher(StreamConsumer):
             since=g.updated,
             allowance=g.deadline - g.updated if g.deadline else 0,
         )
-        inbox = self.keys.bot_turns(seat["name"])
-        return (inbox, ("XADD", inbox, "MAXLEN", "~", INBOX_MAXLEN, "*", FIELD, encode(request)))
+        return self.keys.bot_turns(seat["name"]), encode(request)
 
     async def claim_timeouts(self, now: int | None = None) -> int:
         """Send a `ClaimTimeout` for every deadline passed (by the grace) in any partition,
@@ -666,6 +725,11 @@ class Dispatcher(StreamConsumer):
         if bot not in served:
             served[bot] = (await self.query.bot_health(bot)).workers > 0
         return served[bot]
+
+
+def _xadd(inbox: str, entry: bytes) -> tuple[Any, ...]:
+    """The command that puts a turn request `entry` in `inbox`."""
+    return ("XADD", inbox, "MAXLEN", "~", INBOX_MAXLEN, "*", FIELD, entry)
 
 
 def _clock_member(member: str, score: int) -> tuple[str, int, str, int]:

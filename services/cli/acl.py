@@ -205,9 +205,9 @@ def grants(prefix: str = DEFAULT_PREFIX, bots: Sequence[str] = ()) -> dict[str, 
                 read=(k.index_pattern(), k.view("*")),
             ),
             Grant(
-                "the clock and timeout-claim scripts (their keys)",
+                "the clock, turn and timeout-claim scripts (their keys)",
                 SCRIPTS,
-                both=(clocks, commands, k.lease(0, "dispatcher")),
+                both=(clocks, commands, k.lease(0, "dispatcher"), inboxes),
             ),
             send,
             Grant(
