@@ -15,6 +15,7 @@ import csv
 import json
 import random
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -257,13 +258,19 @@ def run(args: argparse.Namespace) -> int:
         )  # fmt: skip
         print_load_table(results)
     elif args.which == "scale":
-        from bench.scale import print_scale_table, run_scale_bench
+        from bench.fleet import FleetError
+        from bench.scale import ScaleError, print_scale_table, run_scale_bench
 
-        results = run_scale_bench(
-            args.hosts, args.cpu, args.seconds, args.kill_host,
-            args.games if args.games is not None else 32, keep_logs=args.keep_logs,
-            move_time=args.move_time,
-        )  # fmt: skip
+        try:
+            results = run_scale_bench(
+                args.hosts, args.cpu, args.seconds, args.kill_host,
+                args.games if args.games is not None else 32, keep_logs=args.keep_logs,
+                move_time=args.move_time,
+            )  # fmt: skip
+        except (ScaleError, FleetError) as exc:
+            # The testbed failed (it was cleaned up): one line, with the log that says why.
+            print(f"agon bench scale: {exc}", file=sys.stderr)
+            return 1
         print_scale_table(results)
     elif args.which == "clocks":
         from bench.clocks import print_clocks_table, run_clocks_bench

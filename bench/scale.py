@@ -50,6 +50,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -84,7 +85,7 @@ from schemas.codec import FIELD_BYTES, unpack
 from schemas.tokens import new_secret
 from services.bus.clients import log_entries
 from services.bus.connection import Client, connect
-from services.bus.embedded import _die_with_parent, find_redis_server, free_port
+from services.bus.embedded import _die_with_parent, find_redis_server
 from services.bus.keys import Keys
 from services.bus.text import id_ms, now_ms
 from services.cli.options import UsageError
@@ -191,6 +192,27 @@ def _pids_of(path: Path) -> list[int]:
         return [int(line) for line in path.read_text().split()]
     except OSError:
         return []
+
+
+def listen_ports() -> Iterator[int]:
+    """Ports for the hosts' listeners (Redis nodes, gateways): below the kernel's ephemeral
+    range, from a random start, each free on the root namespace's loopback. A port the OS
+    picks as free is drawn from that range, as are the source ports of the hosts' own
+    outgoing connections: a gateway started after its host's engine once found its port
+    taken by one of them ("address already in use")."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    ports = list(range(10_000, low))
+    start = random.randrange(len(ports))
+    for port in ports[start:] + ports[:start]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        yield port
 
 
 @dataclass
@@ -420,6 +442,7 @@ class Testbed:
         ]
         #: the services run with -v, and every log stays (`--keep-logs`; also when one failed)
         self.keep_logs = keep_logs
+        self.ports = listen_ports()
 
     def __enter__(self) -> Testbed:
         return self
@@ -495,7 +518,7 @@ class Testbed:
             for k in range(1 + self.replicas):  # the master, then a replica per master behind
                 directory = self.dir / f"redis-{host.name}-{k}"
                 directory.mkdir()
-                node = ClusterNode(free_port(), free_port(), directory, host=host.address)
+                node = ClusterNode(next(self.ports), next(self.ports), directory, host=host.address)
                 host.nodes.append(node)
                 self._spawn(host, node)
         nodes = [n for h in self.hosts for n in h.nodes]
@@ -529,7 +552,7 @@ class Testbed:
                 host.url, PREFIX, env={"AGON_SECRET": self.secret}, name=f"scale-{host.name}",
                 ready_timeout_s=READY_TIMEOUT_S, stop_timeout_s=5.0, verbose=self.keep_logs,
             )  # fmt: skip
-            port = free_port()
+            port = next(self.ports)
             host.gateway = f"http://{host.address}:{port}"
             kinds: list[tuple[str, tuple[str, ...], str]] = [
                 ("engine", (), "services.cli"),

@@ -13,8 +13,10 @@ cpu controller); no figure is held to a speed, since the machine is shared.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -28,6 +30,7 @@ from bench.scale import (
     CPUACCT_ROOT,
     SUBNET,
     Lab,
+    listen_ports,
     our_links,
     our_namespaces,
     print_scale_table,
@@ -48,6 +51,21 @@ def assert_nothing_left() -> None:
     assert our_namespaces() == [] and our_links() == []
     assert not (CPU_ROOT / CGROUP).exists() and not (CPUACCT_ROOT / CGROUP).exists()
     assert processes_with(f"{SUBNET}.") == []
+
+
+def test_listen_ports_are_distinct_free_and_never_ephemeral() -> None:
+    """A host's listener never gets a port its own outgoing connections may hold (the
+    kernel's ephemeral range), nor one a listener on this machine holds."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = listen_ports()
+    first = next(ports)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", first + 1))
+        taken.listen()
+        more = list(itertools.islice(ports, 200))
+    assert first + 1 not in more, "a port in use was handed out"
+    assert len({first, *more}) == 201
+    assert all(10_000 <= p < low for p in [first, *more])
 
 
 @needs_the_lab
