@@ -328,9 +328,11 @@ class StreamConsumer:
                 if self.ownership is not None and self.ownership.due_s is not None:
                     pause = min(pause, self.ownership.due_s)
             ends = [asyncio.ensure_future(e.wait()) for e in (done, self._round_now)[: 1 + rate]]
-            await asyncio.wait(ends, timeout=max(pause, MIN_PAUSE_S), return_when=FIRST)
-            for end in ends:
-                end.cancel()
+            try:
+                await asyncio.wait(ends, timeout=max(pause, MIN_PAUSE_S), return_when=FIRST)
+            finally:
+                for end in ends:
+                    end.cancel()
             if rate:
                 self._round_now.clear()
 

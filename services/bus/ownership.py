@@ -179,6 +179,7 @@ class Ownership:
     async def round(self) -> Change:
         """Renew what is held and still this member's share, take its share where free,
         give up the rest; what changed."""
+        self.due_s = None  # a round that fails waits a whole period, never spins
         want = self.desired(await self.members())
         change = Change()
         giving = sorted(set(self.owned) - want)
