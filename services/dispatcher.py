@@ -97,7 +97,7 @@ ABANDON_MS = 24 * 3_600_000
 #: How often the dispatcher looks for stuck and abandoned games.
 REPAIR_EVERY_S = 30.0
 
-# The fence, first in every script that writes a partition's clocks: KEYS[2] is the
+# The fence, first in `_CLOCKS` and `_CLAIM` (`_SEND` checks it per partition): KEYS[2] is the
 # partition's dispatcher lease, ARGV[1] the epoch this dispatcher holds it under (0: not
 # checked, -1: not held). Refused, the call writes nothing and answers -1, as the engine's
 # commit does (`services.engine_service.store`).
@@ -604,7 +604,13 @@ class Dispatcher(StreamConsumer):
         if not self.secret:  # for turn requests and the operator's aborts
             self.secret = await shared_secret(self.redis, self.keys)
         now = self.clock()
-        stuck = await stuck_games(self.redis, self.keys, now)
+        # Only where this dispatcher holds the partition: the others' owners repair theirs
+        # (no log read for a write the fence would refuse).
+        stuck = [
+            gid
+            for gid in await stuck_games(self.redis, self.keys, now)
+            if self.fence(self.keys.partition(gid)) >= 0
+        ]
         for gid in stuck:
             self._dispatched.pop(gid)
             self._cache.pop(gid)
