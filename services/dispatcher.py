@@ -96,6 +96,9 @@ UNSERVED_MS = 300_000
 ABANDON_MS = 24 * 3_600_000
 #: How often the dispatcher looks for stuck and abandoned games.
 REPAIR_EVERY_S = 30.0
+#: Clock changes and turn requests per `_SEND` call (a call holds one partition's writes
+#: whole): large enough to amortise the call, small enough not to stall the server for long.
+SENDS_PER_CALL = 64
 
 # The fence, first in `_CLOCKS` and `_CLAIM` (`_SEND` checks it per partition): KEYS[2] is the
 # partition's dispatcher lease, ARGV[1] the epoch this dispatcher holds it under (0: not
@@ -124,11 +127,12 @@ return 0
 """
 )
 
-# A single server's whole batch in one call (no hash slots to keep apart there): per
-# partition the fence, then its clock changes (as `_CLOCKS`) and its turn requests, which
-# go out only where the fence held. KEYS: per partition its clocks zset and lease, in
-# pairs, then the inboxes. ARGV[1]: msgpack of [fence, [score or '', member, ...],
-# [[inbox key index, entry], ...]] per partition. Answers per partition 0, or -1 refused.
+# A single server's batch in one round trip, `SENDS_PER_CALL` writes a call (no hash slots
+# to keep apart there): per partition the fence, then its clock changes (as `_CLOCKS`) and
+# its turn requests, which go out only where the fence held. KEYS: per partition its clocks
+# zset and lease, in pairs, then the inboxes. ARGV[1]: msgpack of [fence, [score or '',
+# member, ...], [[inbox key index, entry], ...]] per partition. Answers per partition 0,
+# or -1 refused.
 _SEND = Script(
     """
 local parts, out = cmsgpack.unpack(ARGV[1]), {}
@@ -322,23 +326,27 @@ class Dispatcher(StreamConsumer):
         partitions refused (given up: `_refused`).
 
         A turn request must not go out from a dispatcher that no longer holds its
-        partition. A single server takes the whole batch in one call (`_SEND`). On a
-        cluster an inbox is in its bot's hash slot, which no script of the partition may
-        name: each partition's clocks go first (`_CLOCKS`), then the turns of those whose
-        fence held, a second round trip (which also means a worker taking a turn always
-        finds its clock to start)."""
+        partition. A single server takes the batch in one round trip (`_SEND`, up to
+        `SENDS_PER_CALL` writes a call). On a cluster an inbox is in its bot's hash slot,
+        which no script of the partition may name: each partition's clocks go first
+        (`_CLOCKS`), then the turns of those whose fence held, a second round trip (which
+        also means a worker taking a turn always finds its clock to start)."""
         parts = [p for p, w in writes.items() if w.clocks or w.turns]
         if not parts:
             return set()
         fences = [self.fence(p) for p in parts]
         if is_cluster(self.redis):
-            calls = [
+            calls: list[Call] = [
                 (self._clock_keys(p), [fence, *writes[p].args()])
                 for p, fence in zip(parts, fences, strict=True)
             ]
             answers = await self._run(_CLOCKS, calls, "clocks")
         else:
-            answers = (await self._run(_SEND, [self._one_call(writes, parts, fences)], "turns"))[0]
+            calls = [
+                self._one_call(writes, parts[a:b], fences[a:b])
+                for a, b in self._chunks(writes, parts)
+            ]
+            answers = [a for answer in await self._run(_SEND, calls, "turns") for a in answer]
         refused: set[int] = set()
         for p, fence, answer in zip(parts, fences, answers, strict=True):
             if int(answer) < 0:
@@ -349,6 +357,20 @@ class Dispatcher(StreamConsumer):
             await self._write([(inbox, _xadd(inbox, entry)) for inbox, entry in turns])
         self.turns_sent += len(turns)
         return refused
+
+    @staticmethod
+    def _chunks(writes: dict[int, Writes], parts: list[int]) -> list[tuple[int, int]]:
+        """`parts` as index ranges of at most `SENDS_PER_CALL` writes each (one
+        partition's writes stay together)."""
+        out: list[tuple[int, int]] = []
+        start, size = 0, 0
+        for i, p in enumerate(parts):
+            n = len(writes[p].clocks) + len(writes[p].turns)
+            if size and size + n > SENDS_PER_CALL:
+                out.append((start, i))
+                start, size = i, 0
+            size += n
+        return [*out, (start, len(parts))]
 
     def _one_call(self, writes: dict[int, Writes], parts: list[int], fences: list[int]) -> Call:
         """`_SEND`'s keys and arguments for the partitions' writes."""
@@ -403,7 +425,7 @@ class Dispatcher(StreamConsumer):
             log.info(
                 "dispatcher %s: partition %d was taken over; giving it up", self.reader.consumer, p
             )
-        self.lose(p)
+        self.lose(p, fence)
 
     async def _advance(self, by_game: dict[str, list[tuple[EventMap, bytes]]]) -> list[GameFold]:
         """Bring each touched game up to its newest event, from the feed or from its log."""

@@ -421,6 +421,9 @@ class StreamConsumer:
             await self.reader.set_streams(streams)
         if change.taken or change.lost:
             self.forget_partitions({*change.taken, *change.lost})
+            # A partition held before, and taken again, may hold entries this consumer
+            # read then: `claim_strays` takes only the others'.
+            self.reader.recover([self.partition_streams[p] for p in change.taken])
             log.info(
                 "%s: took partitions %s, gave up %s; serving %d",
                 self.reader.consumer, change.taken, change.lost, len(streams),
@@ -437,12 +440,14 @@ class StreamConsumer:
         does not divide the partitions, -1 (always refused) for one not held."""
         return 0 if self.ownership is None else self.ownership.epoch(p)
 
-    def lose(self, p: int) -> None:
-        """A write under partition `p`'s epoch was refused: another member owns it now
-        (the next `rebalance` stops reading it, and claims nothing of it)."""
-        if self.ownership is not None:
-            self.ownership.lose(p)
+    def lose(self, p: int, epoch: int) -> None:
+        """A write in partition `p` under `epoch` was refused: another member owns it now.
+        What is cached of p's games goes; p itself too, unless this member took it again
+        since (a newer epoch), and then the next round comes at once: it stops reading p
+        and claims nothing of it."""
         self.forget_partitions({p})
+        if self.ownership is not None and self.ownership.lose(p, epoch):
+            self._round_now.set()
 
     async def ack_unfenced(self, entries: Sequence[Entry], fenced: set[int]) -> None:
         """Acknowledge the entries, but those of the partitions `fenced` (a write there was

@@ -217,10 +217,14 @@ class Ownership:
         self.due_s = None if due_ms is None else (due_ms + DUE_MARGIN_MS) / 1000
         return change
 
-    def lose(self, p: int) -> None:
-        """Forget `p` (a write under its epoch was refused: another member holds it now)."""
-        if self.owned.pop(p, None) is not None:
-            self.moves += 1
+    def lose(self, p: int, epoch: int) -> bool:
+        """Forget `p`: a write under `epoch` was refused, another member holds it now. A
+        lease held again since, under a newer epoch, stays held. Whether `p` was given up."""
+        if epoch <= 0 or self.owned.get(p) != epoch:
+            return False
+        del self.owned[p]
+        self.moves += 1
+        return True
 
     async def release_all(self) -> None:
         """Give every lease back (a member that stops), so that the others take over at once."""

@@ -335,7 +335,7 @@ class EngineService(StreamConsumer):
                 # Another engine owns the partition now: it claims the entry, still pending.
                 self.counts.fenced += 1
                 self._evict(work.command.game_id)
-                self.lose(result.partition)
+                self.lose(result.partition, result.epoch)
                 continue
             if isinstance(result, Unconfirmed):
                 # Maybe in the log, maybe not: tell nobody, keep the entry pending. The

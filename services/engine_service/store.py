@@ -130,10 +130,12 @@ class Fenced(Exception):
     """The partition's lease changed hands: another engine owns it, this one must not write
     there (`services.bus.ownership`). Nothing was committed."""
 
-    def __init__(self, game_id: str, partition: int) -> None:
+    def __init__(self, game_id: str, partition: int, epoch: int) -> None:
         super().__init__(f"game {game_id}: partition {partition} belongs to another engine")
         self.game_id = game_id
         self.partition = partition
+        #: the epoch the refused commit carried
+        self.epoch = epoch
 
 
 class Unconfirmed(Exception):
@@ -230,11 +232,13 @@ class EventStore:
     def partition(self, game_id: str) -> int:
         return self._game_keys(game_id)[0]
 
-    def _call_args(self, p: int, commits: Sequence[Commit]) -> list[Any]:
+    def _fence(self, p: int) -> int:
+        return self.fence(p) if self.fence is not None else 0
+
+    def _call_args(self, p: int, commits: Sequence[Commit], fence: int) -> list[Any]:
         k = self.keys
         keys: list[Any] = [k.feed(p), k.games(p), k.commands(p), k.lease(p, ENGINE_GROUP)]
         touch = 1 if self.replicas else 0
-        fence = self.fence(p) if self.fence is not None else 0
         body: list[Any] = [self.feed_maxlen, ENGINE_GROUP, self.reply_ttl_ms, touch, fence]
         for c in commits:
             _, log, replies = self._game_keys(c.game_id)
@@ -256,10 +260,10 @@ class EventStore:
         return [len(keys), *keys, msgpack.packb(body, use_bin_type=False)]
 
     def _script_call(
-        self, call: Sequence[int], commits: Sequence[Commit]
+        self, call: Sequence[int], commits: Sequence[Commit], fence: int
     ) -> tuple[list[Any], list[Any]]:
         p = self._game_keys(commits[call[0]].game_id)[0]
-        args = self._call_args(p, [commits[i] for i in call])
+        args = self._call_args(p, [commits[i] for i in call], fence)
         n = args[0]
         return args[1 : n + 1], args[n + 1 :]
 
@@ -300,7 +304,13 @@ class EventStore:
                 group.clear()
             group.append(i)
         calls += by_partition.values()
-        script_calls = [self._script_call(call, commits) for call in calls]
+        # The epoch each call carries: a refused one says which (the lease may be held again,
+        # under a newer epoch, by the time the answer comes).
+        fences = [self._fence(self._game_keys(commits[call[0]].game_id)[0]) for call in calls]
+        script_calls = [
+            self._script_call(call, commits, fence)
+            for call, fence in zip(calls, fences, strict=True)
+        ]
         if self.replicas:
             answers = await _COMMIT.run_replicated(
                 self.redis, script_calls, self.replicas, self.replica_timeout_ms
@@ -309,7 +319,7 @@ class EventStore:
             raws = await _COMMIT.run_many(self.redis, script_calls, raise_on_error=False)
             answers = [(raw, True) for raw in raws]
         out: list[Outcome | None] = [None] * len(commits)
-        for call, (raw, confirmed) in zip(calls, answers, strict=True):
+        for call, fence, (raw, confirmed) in zip(calls, fences, answers, strict=True):
             if not confirmed:
                 for i in call:
                     out[i] = Unconfirmed(commits[i].game_id, raw)
@@ -319,7 +329,7 @@ class EventStore:
             if int(raw[0]) == -1:
                 p = self._game_keys(commits[call[0]].game_id)[0]
                 for i in call:
-                    out[i] = Fenced(commits[i].game_id, p)
+                    out[i] = Fenced(commits[i].game_id, p, fence)
                 continue
             for j, i in enumerate(call):
                 out[i] = self._outcome(commits[i], raw[2 * j], raw[2 * j + 1])

@@ -216,6 +216,8 @@ class Projector(StreamConsumer):
         """Write the folds, each under its partition's lease epoch; return the games whose
         write another write beat, to fold again. A partition whose lease another projector
         holds now goes to `fenced` and is given up: its games are neither retried nor held."""
+        # The epochs the writes carry (read as `write` builds its calls, before any await).
+        epochs = {p: self.fence(p) for p in {self.keys.partition(w.game.game_id) for w in writes}}
         results = await write(self.redis, self.keys, writes, written=True, fence=self.fence)
         refused: list[str] = []
         for w, (result, cells) in zip(writes, results, strict=True):
@@ -225,7 +227,7 @@ class Projector(StreamConsumer):
                 p = self.keys.partition(game.game_id)
                 if p not in fenced:
                     fenced.add(p)
-                    self.lose(p)  # drops its games' folds too
+                    self.lose(p, epochs[p])  # drops its games' folds too
                 continue
             if result != -1:
                 # Someone else projected this game meanwhile: fold again from what is stored.

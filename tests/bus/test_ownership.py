@@ -176,11 +176,60 @@ async def test_an_owner_paused_past_its_lease_cannot_write_after_it_resumes(
     commit = Commit(gid, 0, "m:c1", b"ok", [encode(created)], 1)
     old = EventStore(redis, keys, fence=lambda q: stale.get(q, -1))
     (result,) = await old.commit_many([commit])
-    assert isinstance(result, Fenced) and result.partition == p
+    assert isinstance(result, Fenced) and (result.partition, result.epoch) == (p, stale[p])
     assert await redis.xlen(keys.log(gid)) == 0, "a fenced engine wrote"
     new = EventStore(redis, keys, fence=b.epoch)
     (result,) = await new.commit_many([commit])
     assert not isinstance(result, Exception) and result.head == 1
+
+
+async def test_a_refusal_under_an_old_epoch_keeps_the_lease_taken_again_since(
+    redis: aioredis.Redis, namespace: str
+) -> None:
+    """A write under epoch e is refused after the member lost p and took it again (epoch
+    e + 2): giving p up for it would drop a lease the member holds, and its successor's
+    round would have to take it back (a handover for nothing)."""
+    keys = Keys(prefix=namespace)
+    (a,) = await members(redis, keys, "engine-a")
+    await a.round()
+    p, old = 0, a.owned[0]
+    (b,) = await members(redis, keys, "engine-b")
+    await redis.hset(keys.lease(p, ENGINE_GROUP), mapping={"owner": "", "expires": 0})
+    await redis.hdel(keys.processes(), "engine-a")
+    await b.round()
+    assert b.owned[p] == old + 1
+    await redis.hdel(keys.processes(), "engine-b")
+    await redis.hset(keys.lease(p, ENGINE_GROUP), mapping={"owner": "", "expires": 0})
+    await beat(redis, keys, "engine-a", ENGINE_GROUP, ENGINE_GROUP)
+    assert p in (await a.round()).lost  # A sees p changed hands while it held it...
+    assert p in (await a.round()).taken  # ...and takes it again
+    assert a.owned[p] == old + 2
+    assert not a.lose(p, old) and a.owned[p] == old + 2, "a stale refusal gave p up"
+    assert a.lose(p, old + 2) and p not in a.owned
+
+
+async def test_a_partition_taken_again_reads_what_its_member_left_pending_there(
+    redis: aioredis.Redis, namespace: str
+) -> None:
+    """An engine read commands of p, then lost p (a refused commit) and took it again:
+    those commands are pending with it, and `claim_strays` takes only the others'. It
+    reads them again at once, not after the idle sweep's minutes."""
+    keys = Keys(prefix=namespace)
+    engine = EngineService(redis, keys, consumer="engine-a")
+    await beat(redis, keys, "engine-a", ENGINE_GROUP, ENGINE_GROUP)
+    engine.ownership = Ownership(redis, keys, ENGINE_GROUP, "engine-a")
+    await engine.setup()
+    await engine.rebalance()
+    p = 3
+    sent = await redis.xadd(keys.commands(p), {"m": b"not read yet"})
+    (first,) = await engine.reader.read(None)
+    assert first.entry_id.decode() == sent.decode()
+    engine.lose(p, engine.fence(p))
+    assert engine.fence(p) == -1
+    await engine.rebalance()
+    assert engine.fence(p) > 0, "p was not taken again"
+    again = await engine.reader.read(None)
+    assert [e.entry_id for e in again] == [first.entry_id], "its own pending entry waits"
 
 
 async def test_a_take_the_replicas_have_not_confirmed_is_not_used(

@@ -149,3 +149,36 @@ async def test_a_repair_is_refused_quietly_where_its_dispatcher_holds_nothing(
     assert await owner.repair() == 1
     assert [m.decode() for m in await redis.zrange(keys.clocks(p), 0, -1)] == [f"{gid}|4"]
     assert await redis.xlen(keys.bot_turns(BOT)) == 1
+
+
+async def script_calls(redis: aioredis.Redis) -> int:
+    stats = await redis.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("eval", "evalsha"))
+
+
+async def test_a_batch_of_many_calls_holds_back_only_the_refused_partitions_turns(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    """A batch of more writes than one call takes (`SENDS_PER_CALL`) goes out in several,
+    each partition's answer its own: only the turns of the partition another dispatcher
+    took are held back, in whichever call it fell."""
+    games = await create_games(
+        redis, keys, [("teeko", {})], 48, [BOT, BOT], move_time_ms=60_000, run_id="many"
+    )
+    await EngineService(redis, keys, secret=SECRET).drain()
+    a = await dispatcher(redis, keys, "dispatcher-a")
+    entries = []
+    while batch := await a.reader.read(None):
+        entries += batch
+    taken = keys.partition(games[len(games) // 2])
+    assert a.ownership is not None
+    await redis.hset(keys.lease(taken, a.role), "epoch", a.ownership.owned[taken] + 1)
+    before = await script_calls(redis)
+    await a.process(entries)
+    assert await script_calls(redis) - before >= 2, "one call took the whole batch"
+    kept = [g for g in games if keys.partition(g) != taken]
+    assert await redis.xlen(keys.bot_turns(BOT)) == len(kept)
+    for p in keys.all_partitions():
+        clocks = {m.decode() for m in await redis.zrange(keys.clocks(p), 0, -1)}
+        assert clocks == {f"{g}|4" for g in kept if keys.partition(g) == p}, p
+    assert a.stats()["fenced"] == 1 and taken not in a.ownership.owned
