@@ -48,6 +48,7 @@ partition is given up at once (`lose`), and its feed entries stay pending for it
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -76,7 +77,7 @@ from services.bus.consumer import ConsumerOptions, ConsumerSettings, StreamConsu
 from services.bus.delivery import HELD, TOOK
 from services.bus.keys import DISPATCHER_GROUP, FEED_GROUPS, Keys
 from services.bus.reader import Entry
-from services.bus.scripts import Call, Command, Script, confirmed, run_replicated
+from services.bus.scripts import Call, Command, Script, each_confirmed, run_replicated
 from services.bus.secret import shared_secret
 from services.bus.stuck import abandoned_games, stuck_games
 from services.bus.text import as_text, now_ms
@@ -99,6 +100,9 @@ REPAIR_EVERY_S = 30.0
 #: Clock changes and turn requests per `_SEND` call (a call holds one partition's writes
 #: whole): large enough to amortise the call, small enough not to stall the server for long.
 SENDS_PER_CALL = 64
+#: How long the entries of partitions whose master did not take their writes wait before
+#: they are read again (`_away`): a dead master costs a few tries a second, not a spin.
+AWAY_PAUSE_S = 0.2
 
 # The fence, first in `_CLOCKS` and `_CLAIM` (`_SEND` checks it per partition): KEYS[2] is the
 # partition's dispatcher lease, ARGV[1] the epoch this dispatcher holds it under (0: not
@@ -317,13 +321,13 @@ class Dispatcher(StreamConsumer):
             except (DecodeError, KeyError, TypeError) as exc:
                 await self.set_aside(entry, repr(exc))
         games = await self._advance(by_game)
-        fenced = await self._send(self._writes(games))
-        await self.ack_unfenced(entries, fenced)
+        await self.ack_except(entries, await self._send(self._writes(games)))
 
     async def _send(self, writes: dict[int, Writes]) -> set[int]:
         """Each partition's clock changes under its fence, and the turn requests of the
         partitions whose fence held; with `replicas`, confirmed by that many. Returns the
-        partitions refused (given up: `_refused`).
+        partitions whose entries stay pending: those refused (given up: `_refused`), and
+        those whose writes a master did not take or confirm (`_away`: read again later).
 
         A turn request must not go out from a dispatcher that no longer holds its
         partition. A single server takes the batch in one round trip (`_SEND`, up to
@@ -342,21 +346,44 @@ class Dispatcher(StreamConsumer):
             ]
             answers = await self._run(_CLOCKS, calls, "clocks")
         else:
-            calls = [
-                self._one_call(writes, parts[a:b], fences[a:b])
-                for a, b in self._chunks(writes, parts)
-            ]
-            answers = [a for answer in await self._run(_SEND, calls, "turns") for a in answer]
+            chunks = self._chunks(writes, parts)
+            calls = [self._one_call(writes, parts[a:b], fences[a:b]) for a, b in chunks]
+            answers = []
+            for (a, b), answer in zip(chunks, await self._run(_SEND, calls, "turns"), strict=True):
+                answers += [answer] * (b - a) if isinstance(answer, Exception) else answer
         refused: set[int] = set()
+        away: set[int] = set()
         for p, fence, answer in zip(parts, fences, answers, strict=True):
-            if int(answer) < 0:
+            if isinstance(answer, Exception):
+                away.add(p)
+            elif int(answer) < 0:
                 self._refused(p, fence)
                 refused.add(p)
-        turns = [t for p in parts if p not in refused for t in writes[p].turns]
+        turns = [(p, t) for p in parts if p not in refused | away for t in writes[p].turns]
         if turns and is_cluster(self.redis):
-            await self._write([(inbox, _xadd(inbox, entry)) for inbox, entry in turns])
-        self.turns_sent += len(turns)
-        return refused
+            written = await self._write(
+                [(inbox, _xadd(inbox, entry)) for _, (inbox, entry) in turns]
+            )
+            away.update(p for (p, _), ok in zip(turns, written, strict=True) if not ok)
+        self.turns_sent += sum(p not in away for p, _ in turns)
+        self._away(away)
+        return refused | away
+
+    def _away(self, partitions: set[int]) -> None:
+        """A master did not take (or its replicas did not confirm) these partitions' writes
+        (it died, and its replica is taking over): their entries stay pending and are read
+        again after `AWAY_PAUSE_S`, their games folded again from their logs (their folds
+        ran ahead of what was written); the other partitions' turns go out meanwhile."""
+        if not partitions:
+            return
+        assert self.partition_streams is not None
+        self.forget_partitions(partitions)
+        streams = [self.partition_streams[p] for p in partitions]
+        asyncio.get_running_loop().call_later(AWAY_PAUSE_S, self.reader.recover, streams)
+        log.info(
+            "dispatcher %s: partitions %s: a master did not take their writes; read again",
+            self.reader.consumer, sorted(partitions),
+        )  # fmt: skip
 
     @staticmethod
     def _chunks(writes: dict[int, Writes], parts: list[int]) -> list[tuple[int, int]]:
@@ -389,24 +416,30 @@ class Dispatcher(StreamConsumer):
         return keys, [msgpack.packb(packed, use_bin_type=False), INBOX_MAXLEN, FIELD]
 
     async def _run(self, script: Script, calls: Sequence[Call], what: str) -> list[Any]:
-        """The script's calls; with `replicas`, each confirmed by that many."""
+        """The script's calls (with `replicas`, each confirmed by that many): one that its
+        master did not take (a failover) or its replicas did not confirm answers that error
+        in its place; any other error is raised."""
         if not self.replicas:
-            return await script.run_many(self.redis, calls)
+            answers = await script.run_many(self.redis, calls, raise_on_error=False)
+            return each_confirmed([(a, True) for a in answers], what)
         replicated = await script.run_replicated(
             self.redis, calls, self.replicas, self.replica_timeout_ms
         )
-        confirmed(replicated, f"{what} lack {self.replicas} replicas")
-        return [answer for answer, _ in replicated]
+        return each_confirmed(replicated, f"{what} lack {self.replicas} replicas")
 
-    async def _write(self, writes: list[Command]) -> None:
+    async def _write(self, writes: list[Command]) -> list[bool]:
+        """Send the commands; whether each went through (with `replicas`, confirmed)."""
         if not self.replicas:
             pipe = self.redis.pipeline(transaction=False)
             for _, words in writes:
                 pipe.execute_command(*words)
-            await pipe.execute()
-            return
-        answers = await run_replicated(self.redis, writes, self.replicas, self.replica_timeout_ms)
-        confirmed(answers, f"turn requests lack {self.replicas} replicas")
+            answers = [(a, True) for a in await pipe.execute(raise_on_error=False)]
+        else:
+            answers = await run_replicated(
+                self.redis, writes, self.replicas, self.replica_timeout_ms
+            )
+        short = f"turn requests lack {self.replicas} replicas"
+        return [not isinstance(a, Exception) for a in each_confirmed(answers, short)]
 
     async def _accepted(self, p: int, writes: Writes) -> bool:
         """Send one partition's writes (`_send`): whether the fence let them through."""

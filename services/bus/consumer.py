@@ -195,6 +195,7 @@ class StreamConsumer:
         )
         self.write_watch = WriteWatch()
         self.spells_unwritten = []
+        self._writing_spells = asyncio.Lock()
         #: set to start the next ownership round at once (`_every` with `rate`)
         self._round_now = asyncio.Event()
 
@@ -256,12 +257,14 @@ class StreamConsumer:
 
     async def write_spells(self) -> None:
         """Write the spells in which a master did not answer (`master_away`); what Redis
-        does not take now, the next call writes."""
-        with contextlib.suppress(*TRANSIENT_ERRORS):
-            while self.spells_unwritten:
-                away, partitions = self.spells_unwritten[0]
-                await outages.record(self.redis, self.keys, away, partitions)
-                self.spells_unwritten.pop(0)
+        does not take now, the next call writes. One call at a time (a bot worker's batch
+        and its heartbeat may both call): a spell leaves the list once it is written."""
+        async with self._writing_spells:
+            with contextlib.suppress(*TRANSIENT_ERRORS):
+                while self.spells_unwritten:
+                    away, partitions = self.spells_unwritten[0]
+                    await outages.record(self.redis, self.keys, away, partitions)
+                    self.spells_unwritten.pop(0)
 
     def spell_seen(self, spell: outages.Spell, partitions: list[int]) -> None:
         """A kind that judges clocks takes `spell` of `partitions` into account at once
@@ -449,11 +452,12 @@ class StreamConsumer:
         if self.ownership is not None and self.ownership.lose(p, epoch):
             self._round_now.set()
 
-    async def ack_unfenced(self, entries: Sequence[Entry], fenced: set[int]) -> None:
-        """Acknowledge the entries, but those of the partitions `fenced` (a write there was
-        refused, `lose`): they stay pending for the partition's new owner to claim."""
-        if fenced and self.partition_streams is not None:
-            gone = {self.partition_streams[p] for p in fenced}
+    async def ack_except(self, entries: Sequence[Entry], partitions: set[int]) -> None:
+        """Acknowledge the entries, but those of `partitions`, which stay pending: for the
+        partition's new owner to claim (a write there was refused, `lose`), or for this
+        consumer to read again (their master did not take a write)."""
+        if partitions and self.partition_streams is not None:
+            gone = {self.partition_streams[p] for p in partitions}
             entries = [e for e in entries if e.stream not in gone]
         await self.reader.ack(entries)
 

@@ -245,9 +245,11 @@ class Ownership:
         calls = self._leases(partitions)
         if not calls or not self.replicas:
             return await _TAKE.run_per_node(self.redis, calls, NODE_WAIT_S)
+        # Each master on its own: one that died holds back no take on the others.
         try:
-            async with asyncio.timeout(NODE_WAIT_S + TAKE_WAIT_MS / 1000):
-                answers = await _TAKE.run_replicated(self.redis, calls, self.replicas, TAKE_WAIT_MS)
+            answers = await _TAKE.run_replicated(
+                self.redis, calls, self.replicas, TAKE_WAIT_MS, NODE_WAIT_S + TAKE_WAIT_MS / 1000
+            )
         except UNANSWERED as exc:
             return [exc] * len(calls)
         unconfirmed = TimeoutError(f"a take not confirmed by {self.replicas} replica(s)")

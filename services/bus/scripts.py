@@ -45,8 +45,21 @@ class Script:
         pipe.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
 
     async def load(self, client: Client) -> None:
-        """Load the script (on every primary of a cluster)."""
-        await client.script_load(self.lua)
+        """Load the script (on every primary of a cluster that answers: one that does not
+        is asked again when a call there meets NOSCRIPT)."""
+        if not isinstance(client, RedisCluster):
+            await client.script_load(self.lua)
+            return
+        answers = await asyncio.gather(
+            *(
+                client.execute_command("SCRIPT LOAD", self.lua, target_nodes=node)
+                for node in client.get_primaries()
+            ),
+            return_exceptions=True,
+        )
+        for answer in answers:
+            if isinstance(answer, BaseException) and not isinstance(answer, UNANSWERED):
+                raise answer
 
     async def run_many(
         self, client: Client, calls: Sequence[Call], *, raise_on_error: bool = True
@@ -106,16 +119,22 @@ class Script:
         return (await self.run_many(client, [(keys, args)]))[0]
 
     async def run_replicated(
-        self, client: Client, calls: Sequence[Call], replicas: int, timeout_ms: int
+        self,
+        client: Client,
+        calls: Sequence[Call],
+        replicas: int,
+        timeout_ms: int,
+        node_timeout_s: float | None = None,
     ) -> list[tuple[Any, bool]]:
         """Run the calls, then `WAIT replicas timeout_ms` on the connection that ran them
-        (`run_replicated`): per call its answer (or error) and whether at least `replicas`
-        replicas acknowledged it. Calls that met NOSCRIPT are sent again once the script is
-        loaded (every call checks its own head and command id, so that is safe)."""
+        (`run_replicated`, each node given at most `node_timeout_s`): per call its answer
+        (or error) and whether at least `replicas` replicas acknowledged it. Calls that met
+        NOSCRIPT are sent again once the script is loaded (every call checks its own head
+        and command id, so that is safe)."""
         commands = [
             (keys[0], ("EVALSHA", self.sha, len(keys), *keys, *args)) for keys, args in calls
         ]
-        out = await run_replicated(client, commands, replicas, timeout_ms)
+        out = await run_replicated(client, commands, replicas, timeout_ms, node_timeout_s)
         lost = [i for i, (answer, _) in enumerate(out) if isinstance(answer, NoScriptError)]
         if lost:
             # Loaded on the same connection as the calls, ahead of them (after a failover a
@@ -126,6 +145,7 @@ class Script:
                 [c for i in lost for c in ((commands[i][0], load), commands[i])],
                 replicas,
                 timeout_ms,
+                node_timeout_s,
             )
             for i, one in zip(lost, again[1::2], strict=True):
                 out[i] = one
@@ -137,7 +157,11 @@ Command = tuple[Any, tuple[Any, ...]]
 
 
 async def run_replicated(
-    client: Client, commands: Sequence[Command], replicas: int, timeout_ms: int
+    client: Client,
+    commands: Sequence[Command],
+    replicas: int,
+    timeout_ms: int,
+    node_timeout_s: float | None = None,
 ) -> list[tuple[Any, bool]]:
     """Send the commands, then `WAIT replicas timeout_ms` on the connection that sent them.
 
@@ -145,10 +169,18 @@ async def run_replicated(
     acknowledged it. WAIT covers the writes of its own connection only, so each node's
     commands and their WAIT travel on one connection: one pipeline on a single server, the
     node's own connection on a cluster, with no redirection: a command that met MOVED or a
-    dropped connection is just not confirmed, and its caller asks again later.
+    dropped connection is just not confirmed, and its caller asks again later. With
+    `node_timeout_s`, a node that does not answer in time (its host died, and nobody knows
+    yet) costs its own commands a `TimeoutError`, and holds none of the others back.
     """
     if not isinstance(client, RedisCluster):
-        return await _replicated(client, None, commands, replicas, timeout_ms)
+        try:
+            async with asyncio.timeout(node_timeout_s):
+                return await _replicated(client, None, commands, replicas, timeout_ms)
+        except TimeoutError as exc:
+            if node_timeout_s is None:
+                raise
+            return [(exc, False)] * len(commands)
     by_node: dict[str, tuple[ClusterNode, list[int]]] = {}
     for i, (key, _) in enumerate(commands):
         node = client.get_node_from_key(key)
@@ -156,18 +188,18 @@ async def run_replicated(
             raise RedisClusterException(f"no node serves {key!r}")
         by_node.setdefault(node.name, (node, []))[1].append(i)
     groups = list(by_node.values())
-    answers = await asyncio.gather(
-        *(
-            _replicated(client, node, [commands[i] for i in idx], replicas, timeout_ms)
-            for node, idx in groups
-        ),
-        return_exceptions=True,
-    )
+
+    async def on(node: ClusterNode, idx: list[int]) -> list[tuple[Any, bool]]:
+        async with asyncio.timeout(node_timeout_s):
+            return await _replicated(client, node, [commands[i] for i in idx], replicas, timeout_ms)
+
+    answers = await asyncio.gather(*(on(node, idx) for node, idx in groups), return_exceptions=True)
     out: list[tuple[Any, bool]] = [(None, False)] * len(commands)
     stale = False
     for (node, idx), answer in zip(groups, answers, strict=True):
         if isinstance(answer, BaseException):
-            stale = True
+            # A node merely slow to answer (`node_timeout_s`) moved no slots.
+            stale = stale or not isinstance(answer, TimeoutError)
             if isinstance(client, AgonCluster) and isinstance(answer, TRANSIENT_ERRORS):
                 client.node_failed(node)
             answer = [(answer, False)] * len(idx)
@@ -186,11 +218,20 @@ async def run_replicated(
 def confirmed(answers: Sequence[tuple[Any, bool]], short: str) -> None:
     """Check `run_replicated`'s answers: raise the first error that is not a moment of a
     failover, then `ReplicasBehind(short)` if any write lacks its replicas."""
-    for answer, _ in answers:
+    if any(isinstance(a, Exception) for a in each_confirmed(answers, short)):
+        raise ReplicasBehind(short)
+
+
+def each_confirmed(answers: Sequence[tuple[Any, bool]], short: str) -> list[Any]:
+    """`run_replicated`'s answers one by one: each confirmed answer, in place of each other
+    its error (a moment of a failover) or `ReplicasBehind(short)`; an error that is no
+    moment of a failover is raised."""
+    out = []
+    for answer, ok in answers:
         if isinstance(answer, Exception) and not isinstance(answer, TRANSIENT_ERRORS):
             raise answer
-    if not all(ok for _, ok in answers):
-        raise ReplicasBehind(short)
+        out.append(answer if ok or isinstance(answer, Exception) else ReplicasBehind(short))
+    return out
 
 
 async def _replicated(

@@ -131,7 +131,7 @@ class Projector(StreamConsumer):
                 raise ReplicasBehind(
                     f"the read models of {len(short)} games lack {self.replicas} replicas"
                 )
-        await self.ack_unfenced(entries, fenced)
+        await self.ack_except(entries, fenced)
 
     async def _project(
         self,

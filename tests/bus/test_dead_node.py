@@ -36,8 +36,9 @@ from services.bus.connection import (
     connect,
     pause_after_failure,
 )
-from services.bus.keys import WORKERS_GROUP, Keys
+from services.bus.keys import ENGINE_GROUP, WORKERS_GROUP, Keys
 from services.bus.outages import partition_spells, record
+from services.bus.ownership import Ownership
 from services.bus.presence import (
     ALIVE_MS,
     SETTLE_MS,
@@ -49,23 +50,37 @@ from services.bus.presence import (
 )
 from services.bus.reader import GroupReader
 from services.bus.text import now_ms
+from services.cli.pipeline import create_games
+from services.engine_service import EngineService
 from services.projector.live import Projector
+from tests.services.test_dispatcher_fencing import BOT, SECRET, dispatcher
 from tests.support.cluster import RedisClusterProcesses
 
 TAGS = range(12)
 
 
-@pytest.fixture
-async def cluster() -> AsyncIterator[tuple[RedisClusterProcesses, AgonCluster]]:
-    # The others serve their slots while one is away, as a deployment that scales out should.
+@contextlib.asynccontextmanager
+async def running_cluster(
+    replicas: int = 0, node_timeout_ms: int = 1000
+) -> AsyncIterator[tuple[RedisClusterProcesses, AgonCluster]]:
+    """Three masters and a client of them; the others serve their slots while one is away,
+    as a deployment that scales out should."""
     options = ("--cluster-require-full-coverage", "no")
-    with RedisClusterProcesses(masters=3, node_timeout_ms=1000, options=options) as nodes:
+    with RedisClusterProcesses(
+        masters=3, replicas=replicas, node_timeout_ms=node_timeout_ms, options=options
+    ) as nodes:
         client = await connect(nodes.url)
         assert isinstance(client, AgonCluster)
         try:
             yield nodes, client
         finally:
             await client.aclose()
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[tuple[RedisClusterProcesses, AgonCluster]]:
+    async with running_cluster() as both:
+        yield both
 
 
 def port_of(client: AgonCluster, key: str) -> int:
@@ -325,12 +340,7 @@ async def test_a_failover_is_a_spell_of_the_dead_masters_partitions_only() -> No
     consumer that saw it records a spell (`services.bus.outages`) for the partitions that
     master served, from before it died to after its replica took over, and for no other
     partition, whose clocks ran on a live master all along."""
-    options = ("--cluster-require-full-coverage", "no")
-    with RedisClusterProcesses(
-        masters=3, replicas=1, node_timeout_ms=1000, options=options
-    ) as nodes:
-        client = await connect(nodes.url)
-        assert isinstance(client, AgonCluster)
+    async with running_cluster(replicas=1) as (nodes, client):
         keys, stop = Keys(prefix="sp"), asyncio.Event()
         projector = Projector(client, keys, block_ms=100)
         running = asyncio.create_task(projector.run(stop))
@@ -354,7 +364,6 @@ async def test_a_failover_is_a_spell_of_the_dead_masters_partitions_only() -> No
         finally:
             stop.set()
             await running
-            await client.aclose()
     assert {p for p, spells in read.items() if spells} == hit
     for p in hit:
         (began, ended), *_ = read[p]
@@ -402,3 +411,65 @@ async def test_the_spells_of_a_dead_masters_partitions_hold_back_no_other_partit
     live = {p for p in keys.all_partitions() if port_of(client, keys.outages(p)) != victim}
     assert live and set(read) == live
     assert all(read[p] == [(1000, 2000)] for p in live)
+
+
+async def test_a_master_that_does_not_answer_holds_back_no_take_on_the_others() -> None:
+    """On a replicated cluster a take waits for a replica (WAIT). A master whose host died,
+    before anyone counts it down, answers nothing: the takes of the partitions on the live
+    masters (a dead member's share, the moment its leases lapse) must not wait for it. Seen
+    in a kill-host run: every take of a round failed with the dead master's, and a
+    survivor's partitions stood still a second longer than their leases."""
+    async with running_cluster(replicas=1, node_timeout_ms=5000) as (nodes, client):
+        keys = Keys(prefix="take")
+        await beat(client, keys, "engine-a", ENGINE_GROUP, ENGINE_GROUP)
+        owner = Ownership(client, keys, ENGINE_GROUP, "engine-a", replicas=1)
+        leases = {p: keys.lease(p, ENGINE_GROUP) for p in keys.all_partitions()}
+        victim = victim_of(nodes, client, list(leases.values()))
+        away = {p for p, key in leases.items() if port_of(client, key) == victim}
+        nodes.pause(victim)
+        try:
+            change = await owner.round()
+        finally:
+            nodes.resume(victim)
+        assert away and set(change.taken) == set(leases) - away
+
+
+async def test_a_dispatcher_hands_out_the_turns_of_live_masters_and_holds_the_dead_ones(
+    cluster: tuple[RedisClusterProcesses, AgonCluster],
+) -> None:
+    """A dispatcher's batch spans partitions on every master. One master stops answering:
+    its partitions' clock writes fail, and so did the whole batch, every partition's turns
+    held back until the failover. Now only its own partitions' entries stay pending, read
+    again (and their turns handed out) once it answers."""
+    nodes, client = cluster
+    keys = Keys(prefix="dheld")
+    games = await create_games(
+        client, keys, [("teeko", {})], 24, [BOT, BOT], move_time_ms=60_000, run_id="held"
+    )
+    await EngineService(client, keys, secret=SECRET).drain()
+    d = await dispatcher(client, keys, "dispatcher-a")
+    entries = []
+    while batch := await d.reader.read(None):
+        entries += batch
+    at = {g: port_of(client, keys.feed(keys.partition(g))) for g in games}
+    spare = {nodes.ports[0], port_of(client, keys.bot_turns(BOT))}
+    victim = next(port for port in sorted(set(at.values())) if port not in spare)
+    live = sorted(g for g in games if at[g] != victim)
+
+    async def handed_out() -> list[str]:
+        rows: Any = await client.xrange(keys.bot_turns(BOT))
+        return sorted(decode_turn(f[FIELD_BYTES]).game_id for _, f in rows)
+
+    nodes.pause(victim)
+    try:
+        await d.process(entries)
+        assert await handed_out() == live
+    finally:
+        nodes.resume(victim)
+    async with asyncio.timeout(10):
+        while await handed_out() != sorted(games):
+            # the victim is counted down until its probe hears it again
+            with contextlib.suppress(*TRANSIENT_ERRORS):
+                await d.process(await d.reader.read(None))
+            await pause_after_failure(client, 0.05)
+    assert d.stats()["fenced"] == 0

@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 
 from schemas.codec import encode
 from schemas.events import GameCreated
+from services.bus import outages
 from services.bus.keys import ENGINE_GROUP, Keys
 from services.bus.ownership import LEASE_MS, Ownership, share
 from services.bus.presence import ALIVE_MS, beat
@@ -149,6 +150,22 @@ async def test_a_master_that_answers_again_starts_the_next_round_at_once(
     async with asyncio.timeout(1):
         await loop  # and `done` ends it at once
     assert len(rounds) == 2
+
+
+async def test_spells_written_by_two_callers_at_once_are_each_written_and_kept_once(
+    redis: aioredis.Redis, namespace: str
+) -> None:
+    """A bot worker's batch and its heartbeat both write the spells a failover left: the
+    one must not drop a spell the other is still writing (seen in a kill-host run as
+    "pop from empty list", a failed batch)."""
+    keys = Keys(prefix=namespace)
+    projector = Projector(redis, keys)
+    projector.master_away((0, 1), frozenset({keys.slot(0)}))
+    projector.master_away((2, 3), frozenset({keys.slot(1)}))
+    await asyncio.gather(projector.write_spells(), projector.write_spells())
+    assert projector.spells_unwritten == []
+    read = await outages.partition_spells(redis, keys, [0, 1])
+    assert (read[0], read[1]) == ([(0, 1)], [(2, 3)])
 
 
 async def test_an_owner_paused_past_its_lease_cannot_write_after_it_resumes(
