@@ -62,6 +62,7 @@ from schemas.commands import Abort, ClaimTimeout
 from schemas.events import EventMap
 from schemas.tokens import (
     MAX_GRACE_MS,
+    SEND_GRACE_MS,
     admin_token,
     bot_token,
     clock_key,
@@ -91,6 +92,11 @@ INBOX_MAXLEN = 100_000
 TIMEOUT_GRACE_MS = 50
 #: Passed deadlines claimed per partition per sweep; the rest wait for the next sweep.
 CLAIMS_PER_SWEEP = 500
+#: A partition with no clock due sooner is swept again this long after it was last looked
+#: at (ms), unless this dispatcher writes a clock there: no clock a bot's delivery starts
+#: comes due sooner than `SEND_GRACE_MS` after it (`services.bus.delivery`). Looking at
+#: every partition every sweep was a third of an idle dispatcher's Redis calls.
+LOOK_EVERY_MS = SEND_GRACE_MS
 #: A bot turn without a clock whose bot has no live worker this long is aborted.
 UNSERVED_MS = 300_000
 #: A game nobody touched this long is abandoned: it ends as aborted (`--abandon-after`).
@@ -266,6 +272,9 @@ class Dispatcher(StreamConsumer):
         #: per game, the seq whose turn was dispatched and whose clock was set
         self._dispatched: LRU[str, int] = LRU(cache_size)
         self._next_sweep = 0.0
+        #: per partition, when its first clock comes due (by `clock`), as last looked at;
+        #: none: look at it in the next sweep
+        self._look_at: dict[int, int] = {}
 
     @property
     def _clock_key(self) -> bytes:
@@ -296,11 +305,13 @@ class Dispatcher(StreamConsumer):
     def forget_partitions(self, partitions: set[int]) -> None:
         for cache in (self._cache, self._heads, self._dispatched):
             cache.drop(lambda gid: self.keys.partition(gid) in partitions)
+        for p in partitions:
+            self._look_at.pop(p, None)
 
     async def tick(self) -> None:
         if time.monotonic() >= self._next_sweep:
             self._next_sweep = time.monotonic() + self.clock_every_s
-            await self.claim_timeouts()
+            await self.claim_timeouts(every=False)
         # In the loop, between batches: a repair never races a batch over the caches.
         if time.monotonic() >= self._next_repair:
             self._next_repair = time.monotonic() + REPAIR_EVERY_S
@@ -338,6 +349,8 @@ class Dispatcher(StreamConsumer):
         parts = [p for p, w in writes.items() if w.clocks or w.turns]
         if not parts:
             return set()
+        for p in parts:
+            self._look_at.pop(p, None)  # a clock it sets may come due before the next look
         fences = [self.fence(p) for p in parts]
         if is_cluster(self.redis):
             calls: list[Call] = [
@@ -585,16 +598,22 @@ class Dispatcher(StreamConsumer):
         )
         return self.keys.bot_turns(seat["name"]), encode(request)
 
-    async def claim_timeouts(self, now: int | None = None) -> int:
+    async def claim_timeouts(self, now: int | None = None, *, every: bool = True) -> int:
         """Send a `ClaimTimeout` for every deadline passed (by the grace) in any partition,
         and abort the games of unserved bots whose watch came due. A partition another
-        dispatcher took over meanwhile is given up, and nothing of it claimed (the fence)."""
+        dispatcher took over meanwhile is given up, and nothing of it claimed (the fence).
+        Not `every` (the sweeps of `run`): only the partitions whose first clock may have
+        come due since they were looked at (`_look_at`)."""
         if self.write_watch.refusing:
             # Redis refused this dispatcher's last write: record the spell (or find it still
             # refusing) before any claim, so no clock that ran through it is claimed.
             await self.heartbeat()
-        limit = (self.clock() if now is None else now) - TIMEOUT_GRACE_MS
-        parts = self.partitions()
+        now = self.clock() if now is None else now
+        limit = now - TIMEOUT_GRACE_MS
+        parts = [p for p in self.partitions() if every or self._look_at.get(p, 0) <= now]
+        parts = await self._due_partitions(parts, now)
+        if not parts:
+            return 0
         pipe = self.redis.pipeline(transaction=False)
         for p in parts:
             pipe.zrangebyscore(
@@ -648,6 +667,24 @@ class Dispatcher(StreamConsumer):
                 claimed += int(n)
         self.timeouts_claimed += claimed
         return claimed
+
+    async def _due_partitions(self, parts: list[int], now: int) -> list[int]:
+        """Of `parts`, those whose first clock is due; each other one is next looked at
+        when its first clock comes due, and no later than `LOOK_EVERY_MS` from now."""
+        if not parts:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for p in parts:
+            pipe.zrange(self.keys.clocks(p), 0, 0, withscores=True)
+        due = []
+        for p, first in zip(parts, await pipe.execute(), strict=True):
+            at = int(first[0][1]) + TIMEOUT_GRACE_MS if first else now + LOOK_EVERY_MS
+            if at <= now:
+                due.append(p)
+                self._look_at.pop(p, None)  # and again next sweep, until none is due
+            else:
+                self._look_at[p] = min(at, now + LOOK_EVERY_MS)
+        return due
 
     async def repair(self) -> int:
         """Set the turn and clock again of every stuck game (`stuck_games`): whatever lost

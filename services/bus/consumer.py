@@ -42,7 +42,13 @@ from services.bus.keys import Keys
 from services.bus.outages import WriteWatch
 from services.bus.ownership import ROUND_S, Ownership
 from services.bus.presence import beat, beat_keys, beating, forget_old
-from services.bus.reader import RETRY_PAUSE_S, Entry, GroupReader, trim_acknowledged
+from services.bus.reader import (
+    CLAIM_EVERY_S,
+    RETRY_PAUSE_S,
+    Entry,
+    GroupReader,
+    trim_acknowledged,
+)
 from services.bus.text import as_text
 
 log = logging.getLogger("agon.bus")
@@ -55,6 +61,16 @@ DEAD_LETTER_KEEP_BYTES = 4096
 TRIM_EVERY_S = 5.0
 #: The least pause between two rounds of periodic work.
 MIN_PAUSE_S = 0.02
+#: How often a member looks for entries others left pending in the partitions it owns,
+#: besides at once when it takes one (s): what an owner that lost its lease read before it
+#: noticed. Every round (a pending summary per partition), it was a third of an idle
+#: member's Redis calls.
+STRAYS_EVERY_S = 1.0
+#: How often a member of a kind that divides the partitions sweeps its partitions for the
+#: entries of dead or stuck consumers (s): a dead member's are claimed as strays the moment
+#: its partitions are taken, so this sweep is only the backstop (every 0.5 s, as a bot
+#: worker's, it was another third of an idle member's Redis calls).
+SHARED_RECLAIM_EVERY_S = 2.0
 FIRST = asyncio.FIRST_COMPLETED
 
 
@@ -154,6 +170,9 @@ class StreamConsumer:
     #: this member's share of them while it runs (with `settings.share`)
     ownership: Ownership | None = None
     _claiming: asyncio.Future[int] | None = None
+    #: a partition was taken since the last look for strays: the next round looks
+    _strays_due = False
+    _next_strays = 0.0
     #: spells a master of the cluster did not answer in, with its partitions, not yet
     #: written (`services.bus.outages`): the heartbeat writes them
     spells_unwritten: list[tuple[outages.Spell, list[int]]]
@@ -192,6 +211,7 @@ class StreamConsumer:
             count=s.batch,
             claim_idle_ms=s.claim_idle_ms,
             max_deliveries=max_deliveries,
+            claim_every_s=SHARED_RECLAIM_EVERY_S if partitioned and s.share else CLAIM_EVERY_S,
         )
         self.write_watch = WriteWatch()
         self.spells_unwritten = []
@@ -433,7 +453,12 @@ class StreamConsumer:
             )  # fmt: skip
         # Beside the rounds: a claim that waits on a master that died must not hold back
         # the renewal of every lease this member holds.
-        if self._claiming is None or self._claiming.done():
+        self._strays_due |= bool(change.taken)
+        now = time.monotonic()
+        if (self._strays_due or now >= self._next_strays) and (
+            self._claiming is None or self._claiming.done()
+        ):
+            self._strays_due, self._next_strays = False, now + STRAYS_EVERY_S
             self._claiming = asyncio.ensure_future(self.reader.claim_strays(streams))
             self._claiming.add_done_callback(seen)
 

@@ -11,9 +11,12 @@ their partitions and Redis Cluster's masters their slots:
   its own: a member that joins takes only its share, one that leaves hands only its
   share to the others, and every other partition stays where it is, unpaused.
 - **Leases.** A partition's lease (`Keys.lease`, in the partition's hash slot) names its
-  owner until `expires`, on Redis's clock; the owner renews it every `ROUND_S`. A member
+  owner until `expires`, on Redis's clock; the owner renews it every `RENEW_S`. A member
   gives up what is no longer its share by releasing it; a lease not renewed for
-  `LEASE_MS` frees itself, so a dead member's partitions move within two seconds.
+  `LEASE_MS` frees itself, so a dead member's partitions move within two seconds. A
+  round renews only the leases last renewed `RENEW_S` ago or more (every round after
+  that until one answers): renewing every lease every round was half of an idle
+  member's Redis calls.
 - **Fencing.** A lease's `epoch` grows each time it changes hands. A write that must come
   from the owner carries the epoch it holds, and the script refuses another
   (`services.engine_service.store`: `Fenced`; `services.projector.write`: `FENCED`; the
@@ -51,8 +54,11 @@ BEATS_WAIT_S = 0.4
 NODE_WAIT_S = 0.3
 #: How long a lease lasts without renewal (ms): a dead member's partitions move this soon.
 LEASE_MS = 1500
-#: How often a member renews its leases and takes or gives up partitions (s).
+#: How often a member reads the beats and takes or gives up partitions (s).
 ROUND_S = 0.25
+#: A lease is renewed once this long has passed since its last renewal (s): a third of a
+#: lease, so a renewal that fails is tried again in each round until the lease is half gone.
+RENEW_S = 0.5
 #: How long a take waits for the replicas (ms); one not confirmed is tried next round.
 TAKE_WAIT_MS = 200
 #: A lease another member holds is asked for again this long after it expires (ms).
@@ -139,6 +145,8 @@ class Ownership:
         self.due_s: float | None = None
         self.sight = Sight()
         self._members: list[str] | None = None
+        #: when each lease held was last renewed (or taken), on the event loop's clock
+        self._renewed: dict[int, float] = {}
 
     def epoch(self, p: int) -> int:
         """The epoch `p` is held under; -1 when it is not held (a write under it is refused)."""
@@ -189,7 +197,10 @@ class Ownership:
         if giving:
             calls = [self._lease(p, self.member) for p in giving]
             await _RELEASE.run_per_node(self.redis, calls, NODE_WAIT_S)
-        renewing = sorted(want & set(self.owned))
+        began = asyncio.get_running_loop().time()
+        renewing = sorted(
+            p for p in want & set(self.owned) if began - self._renewed.get(p, 0) >= RENEW_S
+        )
         taking = sorted(want - set(self.owned))
         renewed, took = await asyncio.gather(
             _TAKE.run_per_node(self.redis, self._leases(renewing), NODE_WAIT_S),
@@ -211,6 +222,7 @@ class Ownership:
                 epoch = 0
             if epoch:
                 self.owned[p] = epoch
+                self._renewed[p] = began
             else:
                 self.owned.pop(p, None)
         self.moves += len(change.taken) + len(change.lost)

@@ -63,6 +63,8 @@ RETRY_PAUSE_S = 0.5
 #: How many received entry ids a reader remembers, to tell an entry Redis delivered to it
 #: but whose answer it never got; far beyond any batch in flight.
 SEEN_IDS = 20_000
+#: How often a reader sweeps its streams for entries of dead or stuck consumers (s).
+CLAIM_EVERY_S = 0.5
 
 
 def _id_key(entry_id: str) -> tuple[int, int]:
@@ -140,7 +142,7 @@ class GroupReader:
         count: int = 500,
         claim_idle_ms: int = 30_000,
         dead_idle_ms: int = 500,
-        claim_every_s: float = 0.5,
+        claim_every_s: float = CLAIM_EVERY_S,
         max_deliveries: int = 5,
     ) -> None:
         self.redis = redis

@@ -36,7 +36,7 @@ from services.bus.connection import (
     connect,
     pause_after_failure,
 )
-from services.bus.keys import ENGINE_GROUP, WORKERS_GROUP, Keys
+from services.bus.keys import ENGINE_GROUP, PROJECTOR_GROUP, WORKERS_GROUP, Keys
 from services.bus.outages import partition_spells, record
 from services.bus.ownership import Ownership
 from services.bus.presence import (
@@ -423,6 +423,13 @@ async def test_a_master_that_does_not_answer_holds_back_no_take_on_the_others() 
         keys = Keys(prefix="take")
         await beat(client, keys, "engine-a", ENGINE_GROUP, ENGINE_GROUP)
         owner = Ownership(client, keys, ENGINE_GROUP, "engine-a", replicas=1)
+        # A running member's client knows every master and its scripts already: a first
+        # round of another kind connects, loads them and waits for each replica once.
+        await beat(client, keys, "projector-a", PROJECTOR_GROUP, PROJECTOR_GROUP)
+        warm = Ownership(client, keys, PROJECTOR_GROUP, "projector-a", replicas=1)
+        async with asyncio.timeout(10):
+            while len(warm.owned) < keys.partitions:
+                await warm.round()
         leases = {p: keys.lease(p, ENGINE_GROUP) for p in keys.all_partitions()}
         victim = victim_of(nodes, client, list(leases.values()))
         away = {p for p, key in leases.items() if port_of(client, key) == victim}

@@ -19,8 +19,9 @@ import redis.asyncio as aioredis
 from schemas.codec import encode
 from schemas.events import GameCreated
 from services.bus import outages
+from services.bus.consumer import STRAYS_EVERY_S
 from services.bus.keys import ENGINE_GROUP, Keys
-from services.bus.ownership import LEASE_MS, Ownership, share
+from services.bus.ownership import LEASE_MS, RENEW_S, ROUND_S, Ownership, share
 from services.bus.presence import ALIVE_MS, beat
 from services.cli.pipeline import ServiceSet, create_games, wait_until_ended
 from services.engine_service import EngineService, EventStore
@@ -88,6 +89,31 @@ async def test_a_dead_members_partitions_move_within_two_seconds(
         await a.round()
         await asyncio.sleep(0.1)
     assert all(a.owned[p] == epoch + 1 for p, epoch in lost.items())
+
+
+async def test_a_round_renews_a_lease_only_once_renew_s_has_passed_and_retries_after(
+    redis: aioredis.Redis, namespace: str
+) -> None:
+    """Renewing every lease every round was half of an idle member's Redis calls: a round
+    renews a lease only `RENEW_S` after its last renewal, and one whose renewal did not
+    land (its master away) is tried again in the next round, long before it runs out."""
+    keys = Keys(prefix=namespace)
+    (a,) = await members(redis, keys, "engine-a")
+    await a.round()
+    p = min(a.owned)
+
+    async def expires() -> int:
+        return int(await redis.hget(keys.lease(p, ENGINE_GROUP), "expires"))
+
+    taken = await expires()
+    await asyncio.sleep(0.05)
+    await a.round()
+    assert await expires() == taken, "a lease renewed a moment after it was taken"
+    await asyncio.sleep(RENEW_S)
+    await a.round()
+    renewed = await expires()
+    assert renewed > taken, "a lease not renewed RENEW_S after it was taken"
+    assert RENEW_S * 2 < LEASE_MS / 1000, "fewer than two tries before a lease lapses"
 
 
 async def test_a_member_whose_beats_are_late_but_younger_than_a_lease_keeps_its_share(
@@ -218,8 +244,9 @@ async def test_a_refusal_under_an_old_epoch_keeps_the_lease_taken_again_since(
     await redis.hdel(keys.processes(), "engine-b")
     await redis.hset(keys.lease(p, ENGINE_GROUP), mapping={"owner": "", "expires": 0})
     await beat(redis, keys, "engine-a", ENGINE_GROUP, ENGINE_GROUP)
-    assert p in (await a.round()).lost  # A sees p changed hands while it held it...
-    assert p in (await a.round()).taken  # ...and takes it again
+    await asyncio.sleep(RENEW_S)  # A's next renewal ...
+    assert p in (await a.round()).lost  # ... sees p changed hands while A held it ...
+    assert p in (await a.round()).taken  # ... and A takes it again
     assert a.owned[p] == old + 2
     assert not a.lose(p, old) and a.owned[p] == old + 2, "a stale refusal gave p up"
     assert a.lose(p, old + 2) and p not in a.owned
@@ -247,6 +274,35 @@ async def test_a_partition_taken_again_reads_what_its_member_left_pending_there(
     assert engine.fence(p) > 0, "p was not taken again"
     again = await engine.reader.read(None)
     assert [e.entry_id for e in again] == [first.entry_id], "its own pending entry waits"
+
+
+async def test_what_a_stale_owner_read_after_the_take_is_claimed_within_strays_every_s(
+    redis: aioredis.Redis, namespace: str
+) -> None:
+    """An owner paused past its lease reads a command after its successor took the
+    partition (and claimed what was pending then): not every round, but within
+    `STRAYS_EVERY_S`, the owner's rounds claim it, and at once after a take."""
+    keys = Keys(prefix=namespace)
+    engine = EngineService(redis, keys, consumer="engine-a")
+    await beat(redis, keys, "engine-a", ENGINE_GROUP, ENGINE_GROUP)
+    engine.ownership = Ownership(redis, keys, ENGINE_GROUP, "engine-a")
+    await engine.setup()
+    await engine.rebalance()  # takes every partition: looks for strays at once
+    assert engine._claiming is not None
+    await engine._claiming
+    p = 5
+    sent = await redis.xadd(keys.commands(p), {"m": b"read by the stale owner"})
+    await redis.xreadgroup(ENGINE_GROUP, "engine-zombie", {keys.commands(p): ">"})
+    began = time.monotonic()
+    await engine.rebalance()
+    await engine._claiming
+    assert not await engine.reader.read(None), "looked for strays every round"
+    while not (got := await engine.reader.read(None)):
+        assert time.monotonic() - began < STRAYS_EVERY_S + 1, "the stray was never claimed"
+        await asyncio.sleep(ROUND_S)
+        await engine.rebalance()
+        await engine._claiming
+    assert [e.entry_id for e in got] == [sent]
 
 
 async def test_a_take_the_replicas_have_not_confirmed_is_not_used(

@@ -27,9 +27,9 @@ from schemas.tokens import SEND_GRACE_MS, bot_token, clock_key, stamped_deadline
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.delivery import TOOK, Deliveries
 from services.bus.keys import ENGINE_GROUP, WORKERS_GROUP, Keys
-from services.bus.text import id_ms
+from services.bus.text import id_ms, now_ms
 from services.cli.pipeline import ServiceSet, create_games, wait_until_ended
-from services.dispatcher import TIMEOUT_GRACE_MS, Dispatcher
+from services.dispatcher import LOOK_EVERY_MS, TIMEOUT_GRACE_MS, Dispatcher
 from services.engine_service import EngineService
 from services.projector import Projector, verify
 
@@ -274,3 +274,41 @@ async def _pending(redis: aioredis.Redis, stream: str, n: int, group: str = ENGI
 
 async def _pending_or_queued(redis: aioredis.Redis, keys: Keys, gid: str) -> bool:
     return bool(await redis.xlen(keys.commands(keys.partition(gid))) >= 2)
+
+
+async def test_a_sweep_skips_partitions_with_nothing_due_yet_but_no_delivered_clock(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    """The dispatcher's sweeps look at a partition again only when its first clock may be
+    due (`LOOK_EVERY_MS` at the latest): a clock it did not write itself, due at once, waits
+    for that look (a full sweep, as `drain` runs, takes it at once). A bot's delivery, the
+    one clock others write, comes due no sooner than that look, so the quickest clock
+    there is (a 1 ms move) is claimed on time by the sweeps alone."""
+    clock = {"now": now_ms()}
+    engine = EngineService(redis, keys, secret=SECRET, clock=lambda: clock["now"])
+    dispatcher = Dispatcher(redis, keys, secret=SECRET, clock=lambda: clock["now"])
+    await new_game(redis, keys, "quick", move_time_ms=1)
+    await engine.drain()
+    await dispatcher.drain()
+    assert await dispatcher.claim_timeouts(every=False) == 0
+    p = keys.partition("quick")
+    clock["now"] += 10
+    [turn] = [
+        t
+        for _, fields in await redis.xrange(keys.bot_turns("nobody"))
+        if (t := decode_turn(fields[FIELD_BYTES])).game_id == "quick"
+    ]
+    delivery = Deliveries(redis, keys, clock_key(SECRET), clock=lambda: clock["now"])
+    [given] = await delivery.deliver([turn])
+    assert given is not None
+    due = int(await redis.zscore(keys.clocks(p), f"quick|4|{TOOK}"))
+    assert due - clock["now"] <= LOOK_EVERY_MS + 1, "the test's clock is not the quickest"
+    clock["now"] += 20
+    await redis.zadd(keys.clocks(p), {"rogue|4": clock["now"] - 1000})
+    assert await dispatcher.claim_timeouts(every=False) == 0, "swept a partition not due"
+    await redis.zrem(keys.clocks(p), "rogue|4")
+    while clock["now"] < due + TIMEOUT_GRACE_MS:
+        clock["now"] += 10
+        claimed = await dispatcher.claim_timeouts(every=False)
+        assert claimed == 0 or clock["now"] >= due + TIMEOUT_GRACE_MS, "claimed early"
+    assert claimed == 1, "the delivered clock was not claimed when due"
