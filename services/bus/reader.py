@@ -204,8 +204,9 @@ class GroupReader:
             if own:
                 return own
         if reclaim:
+            claimed = await self.claimed_so_far()
             self._next_claim = time.monotonic() + self.claim_every_s
-            claimed = await self.reclaim()
+            claimed += await self.reclaim()
         else:
             claimed = self._claimed_beside()
         if claimed:
@@ -223,20 +224,34 @@ class GroupReader:
 
     def _claimed_beside(self) -> list[Entry]:
         """What the last claim pass beside the reads took, and the next pass when due."""
-        task, out = self._claiming, []
-        if task is not None and task.done():
-            self._claiming = None
-            if not task.cancelled() and task.exception() is None:
-                out = task.result()
-            elif not task.cancelled():
-                # Redis away: the next pass tries again (and takes back what an XCLAIM
-                # whose answer was lost gave this consumer: it never received them).
-                log.debug("%s: a claim pass failed: %s", self.consumer, task.exception())
+        out: list[Entry] = []
+        if self._claiming is not None and self._claiming.done():
+            out, self._claiming = self._claim_result(self._claiming), None
         if self._claiming is None and time.monotonic() >= self._next_claim:
             self._next_claim = time.monotonic() + self.claim_every_s
             self._claiming = asyncio.create_task(self.reclaim())
             self._claiming.add_done_callback(seen)
         return out
+
+    async def claimed_so_far(self) -> list[Entry]:
+        """What the claim pass beside the reads took, once it is done (a drain that stops
+        must not leave entries it claimed pending with this consumer, unread)."""
+        task, self._claiming = self._claiming, None
+        if task is None:
+            return []
+        await asyncio.wait([task])
+        return self._claim_result(task)
+
+    def _claim_result(self, task: asyncio.Task[list[Entry]] | None) -> list[Entry]:
+        """What a finished claim pass took."""
+        if task is None or task.cancelled():
+            return []
+        if task.exception() is not None:
+            # Redis away: the next pass tries again (and takes back what an XCLAIM whose
+            # answer was lost gave this consumer: it never received them).
+            log.debug("%s: a claim pass failed: %s", self.consumer, task.exception())
+            return []
+        return task.result()
 
     async def _poll(self) -> list[Entry]:
         """New entries of every stream without waiting."""
@@ -318,8 +333,9 @@ class GroupReader:
                     await self._cond.wait_for(lambda: not self._buffer)
 
     async def close(self) -> None:
-        """Stop the lanes. Entries a cancelled lane had read stay pending with this consumer;
-        once its heartbeat is gone another consumer claims them."""
+        """Stop the lanes. Entries a cancelled lane had read stay pending with this consumer:
+        once its heartbeat is gone another consumer claims them, and if this reader goes on
+        (a drain after a stop) it reads them again first."""
         lanes: list[asyncio.Task[Any]] = [*self._lanes.values()]
         if self._claiming is not None:
             lanes.append(self._claiming)  # what it claimed stays pending with this consumer
@@ -328,9 +344,9 @@ class GroupReader:
             lane.cancel()
         if lanes:
             await asyncio.wait(lanes, timeout=2.0)
-        if self._buffer:
-            self.recover()  # handed over but not processed: read them again if we go on
-            self._buffer = []
+        # Read, or handed over but not processed: read them again if we go on.
+        self.recover()
+        self._buffer = []
 
     async def set_streams(self, streams: Sequence[str]) -> None:
         """Read `streams` from now on (a member's share of the partitions changed): the

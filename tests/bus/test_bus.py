@@ -143,6 +143,21 @@ async def test_entries_delivered_to_a_reader_whose_answer_was_lost_are_taken_bac
     assert await reader.reclaim() == [], "entries it received are its own work, not lost"
 
 
+async def test_a_stopped_reader_that_goes_on_reads_first_what_it_was_delivered(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    # A service stopped mid-read (its lane cancelled after Redis delivered, before the
+    # answer came), then drained: the drain must handle what is pending with its consumer.
+    await CommandClient(redis, keys).send([create("g1")])
+    stream = keys.commands(keys.partition("g1"))
+    reader = GroupReader(redis, [stream], ENGINE_GROUP, "alive", heartbeats=keys.processes())
+    await reader.setup()
+    lost: Any = await redis.xreadgroup(ENGINE_GROUP, "alive", {stream: ">"})
+    await reader.close()
+    again = await reader.read(None)
+    assert [e.entry_id for e in again] == [i for i, _ in lost[0][1]]
+
+
 async def test_a_claim_pass_that_failed_is_not_reported_when_its_stopped_reader_is_collected(
     redis_server_factory: Callable[..., EmbeddedRedis], keys: Keys
 ) -> None:
@@ -200,6 +215,41 @@ async def test_a_dead_consumers_work_is_taken_and_it_leaves_the_group(
     assert await engine.reader.forget_dead_consumers() == 1
     names = {c["name"] for c in await redis.xinfo_consumers(stream, ENGINE_GROUP)}
     assert names == {b"alive"}
+
+
+async def test_a_drain_handles_what_a_claim_pass_beside_the_reads_took(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    await CommandClient(redis, keys).send([create("g1")])
+    stream = keys.commands(keys.partition("g1"))
+    ghost = GroupReader(redis, [stream], ENGINE_GROUP, "ghost", heartbeats=keys.processes())
+    assert len(await ghost.read(None)) == 1  # it died holding the command
+    await asyncio.sleep(0.6)  # past dead_idle_ms
+    engine = EngineService(redis, keys, consumer="alive", secret=b"s")
+    await engine.heartbeat()
+    assert await engine.reader.read(None) == []  # a claim pass starts beside the read ...
+    claiming = engine.reader._claiming
+    assert claiming is not None
+    await asyncio.wait([claiming])  # ... and takes the command for "alive" before a drain
+    assert await engine.drain() == 1
+    assert await QueryClient(redis, keys).head("g1") == 4
+    assert (await redis.xpending(stream, ENGINE_GROUP))["pending"] == 0
+
+
+async def test_a_drain_after_a_run_serves_every_partition_unfenced(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    # The services ran (holding leases) and stopped (giving them back): what comes after
+    # is still decided, projected and answered by a drain, as before they ran.
+    services = ServiceSet(redis, keys, [], director=False)
+    await services.start()
+    await asyncio.sleep(0.3)  # a round: each holds its share
+    await services.stop()
+    ids = await create_games(redis, keys, [("teeko", {})], 8, ["random", "random"])
+    await services.drain()
+    query = QueryClient(redis, keys)
+    assert [await query.head(g) for g in ids] == [4] * 8
+    assert (await verify(redis, keys)).problems == []
 
 
 class MoveCounts:
