@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from schemas.codec import FIELD_BYTES
@@ -46,7 +46,7 @@ class FeedTail:
         for feed, rows in zip(feeds, await pipe.execute(), strict=True):
             self.last[feed] = as_text(rows[0][0]) if rows else "0-0"
 
-    async def follow(self, stop: asyncio.Event) -> AsyncIterator[list[bytes]]:
+    async def follow(self, stop: asyncio.Event) -> AsyncGenerator[list[bytes], None]:
         if not self.last:
             await self.start_here()
         if not is_cluster(self.redis):

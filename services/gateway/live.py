@@ -1,7 +1,7 @@
 """Live events for this gateway's sockets and streams: one feed follower, many listeners.
 
-`Hub.run` follows every partition's feed (`services.bus.feeds.FeedTail`) and hands each
-event to the listeners of its game, once per event however many listen: a `LiveEvent`
+`Hub.run` follows every partition's feed (`services.bus.feeds.FeedTail`) while anybody
+listens here (a gateway nobody listens to reads no event), and hands each event to the listeners of its game, once per event however many listen: a `LiveEvent`
 encodes itself for a socket or an NDJSON line once, on first use, and every listener
 shares that text. A listener keeps what it has not sent yet, up to `QUEUE_SIZE`; beyond
 that, or when an event arrives out of order (a feed entry missed while Redis was away),
@@ -50,10 +50,9 @@ ENDED_QUEUE_SIZE = 1_024
 #: them, rather than a timer per wait (with a thousand sockets on a game, setting and
 #: cancelling a timer per event and socket cost a fifth of the fan-out).
 QUIET_TICK_S = 0.25
-#: A hub nobody listens to (no socket, stream or bot stream here) reads the feeds this much
-#: later after each batch, so in bigger batches: nobody waits for those events, and a read
-#: of a few costs the gateway as much as one of many. A new listener wakes it at once.
-IDLE_PAUSE_S = 0.05
+#: How long a bot stream that wakes an idle hub waits for it to follow the feeds before it
+#: searches for its games (the hub tells it of those created from then on).
+WAKE_WAIT_S = 5.0
 
 #: How long a gateway trusts a bot key it has looked up: a key rotated or revoked elsewhere
 #: (another gateway, the CLI) is refused here, and its streams end, within this.
@@ -231,12 +230,27 @@ class Hub:
         #: whether `run`'s clock is going (ending the listeners' quiet waits)
         self.ticking = False
         self._listened = asyncio.Event()
+        #: set while the hub follows the feeds (somebody listens)
+        self.following = asyncio.Event()
 
     def listen(self, game_id: str) -> Listener:
         listener = Listener(game_id, clocked=self.ticking)
         self.games[game_id].add(listener)
         self._listened.set()
         return listener
+
+    async def listen_ended(self, ended: EndedListener) -> None:
+        """Tell `ended` of its bot's games created from now on: returns once the hub follows
+        the feeds (a bot stream searches for its games after this, so none falls between)."""
+        self.ended.add(ended)
+        self._listened.set()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(WAKE_WAIT_S):
+                await self.following.wait()
+
+    def heard(self) -> bool:
+        """Whether anybody listens here (a socket, an event stream or a bot stream)."""
+        return bool(self.games or self.ended)
 
     def unlisten(self, listener: Listener) -> None:
         listeners = self.games.get(listener.game_id)
@@ -286,37 +300,56 @@ class Hub:
                     listener.woken.set()
 
     async def _follow(self, stop: asyncio.Event) -> None:
-        async for batch in self.tail.follow(stop):
-            for data in batch:
-                self.events_seen += 1
-                try:
-                    ev = unpack(data)
-                    game_id, seq = str(ev["game_id"]), int(ev["seq"])
-                except (DecodeError, KeyError, TypeError, ValueError):
-                    log.warning("feed entry without game_id/seq dropped")
-                    continue
-                listeners = self.games.get(game_id)
-                if listeners:
-                    event = LiveEvent(seq, data)
-                    event.event = ev  # already unpacked: spare each listener the work
-                    for listener in listeners:
-                        listener.deliver(event)
-                kind = ev.get("type")
-                if kind == "game_created":
-                    for ended in self.ended:
-                        ended.created(game_id, ev)
-                elif kind == "game_ended":
-                    for ended in self.ended:
-                        ended.ended(game_id, ev)
-            if not self.games and not self.ended:
-                await self._idle()
+        """Follow the feeds while anybody listens. While nobody does, read nothing (each
+        gateway reading every event would cost every gateway the whole arena's moves); the
+        first listener wakes the hub, which follows on from the feeds' ends and sends each
+        listener to its game's log once, for what came in between."""
+        if not self.heard():
+            self.following.clear()
+            while True:
+                self._listened.clear()
+                if self.heard():
+                    break
+                if stop.is_set():
+                    return
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(1.0):
+                        await self._listened.wait()
+            await self.tail.start_here()
+            for listeners in self.games.values():
+                for listener in listeners:
+                    listener.overflowed = True  # the owner reads the log
+                    listener.woken.set()
+        self.following.set()
+        async with contextlib.aclosing(self.tail.follow(stop)) as batches:
+            async for batch in batches:
+                self._hand_out(batch)
+                if not self.heard():
+                    return
 
-    async def _idle(self) -> None:
-        """Nobody listens: the next read waits `IDLE_PAUSE_S`, or until somebody does."""
-        self._listened.clear()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(IDLE_PAUSE_S):
-                await self._listened.wait()
+    def _hand_out(self, batch: list[bytes]) -> None:
+        """Each event of `batch` to the listeners of its game."""
+        for data in batch:
+            self.events_seen += 1
+            try:
+                ev = unpack(data)
+                game_id, seq = str(ev["game_id"]), int(ev["seq"])
+            except (DecodeError, KeyError, TypeError, ValueError):
+                log.warning("feed entry without game_id/seq dropped")
+                continue
+            listeners = self.games.get(game_id)
+            if listeners:
+                event = LiveEvent(seq, data)
+                event.event = ev  # already unpacked: spare each listener the work
+                for listener in listeners:
+                    listener.deliver(event)
+            kind = ev.get("type")
+            if kind == "game_created":
+                for ended in self.ended:
+                    ended.created(game_id, ev)
+            elif kind == "game_ended":
+                for ended in self.ended:
+                    ended.ended(game_id, ev)
 
 
 # -- outside bots' inboxes -------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -13,7 +14,11 @@ from aiohttp.test_utils import TestClient
 
 from engine import game_names
 from schemas.api import decode_server_message
+from schemas.codec import FIELD_BYTES
+from services.bus.feeds import FeedTail
+from services.bus.keys import Keys
 from services.gamelog.export import verify_export
+from services.gateway.live import Hub
 from services.gateway.routes import ROUTES, openapi
 from tests.support.gateway import Arena, new_game, play_out, until, view
 
@@ -344,3 +349,43 @@ async def test_views_pages_and_rows_are_what_openapi_publishes(
 async def _ended_view(client: TestClient, game_id: str) -> dict[str, Any] | None:
     v = await view(client, game_id)
     return v if v["status"] == "ended" else None
+
+
+async def test_a_hub_nobody_listens_to_reads_no_event_and_its_first_listener_misses_none(
+    redis: Any, namespace: str
+) -> None:
+    # Every gateway reading every event would cost each the whole arena's moves: while
+    # nobody listens it reads none. The first listener wakes it; what was appended while it
+    # woke reaches the listener from the hub, or the listener is sent to the log for it.
+    keys = Keys(prefix=namespace, partitions=2)
+    feed = keys.feed(keys.partition("g1"))
+
+    async def append(seq: int) -> None:
+        event = msgpack.packb({"game_id": "g1", "seq": seq, "type": "move_played"})
+        await redis.xadd(feed, {FIELD_BYTES: event})
+
+    hub, stop = Hub(FeedTail(redis, keys, block_ms=100)), asyncio.Event()
+    await hub.tail.start_here()
+    running = asyncio.create_task(hub.run(stop))
+    try:
+        for seq in (1, 2, 3):
+            await append(seq)
+        await asyncio.sleep(0.3)
+        assert hub.events_seen == 0 and not hub.following.is_set()
+        listener = hub.listen("g1")
+        await append(4)  # before or after the hub fixed where it follows from
+        events, overflowed = await listener.take(2.0)
+        assert overflowed or [e.seq for e in events] == [4]
+        await append(5)
+        events, overflowed = await listener.take(2.0)
+        assert not overflowed and [e.seq for e in events] == [5]
+        hub.unlisten(listener)
+        await append(6)  # the hub hands it out, finds nobody listening and stops
+        await asyncio.sleep(0.3)
+        seen = hub.events_seen
+        await append(7)
+        await asyncio.sleep(0.3)
+        assert hub.events_seen == seen and not hub.following.is_set()
+    finally:
+        stop.set()
+        await running
