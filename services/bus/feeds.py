@@ -1,7 +1,8 @@
 """Following every partition's feed without a consumer group: each follower sees every event.
 
 The gateway fans live events out to its sockets this way: every gateway process follows
-all feeds on its own, from the moment it starts. A single server is read with one
+all feeds on its own while anybody listens there (`services.gateway.live.Hub`). A single
+server is read with one
 blocking XREAD over every feed; on a cluster, where one command may not name two slots,
 each partition gets its own blocking read, fanned into one queue. A follower that loses
 its connection reads on from the last entry it saw, so it misses nothing that the feeds
@@ -11,7 +12,6 @@ still hold; consumers fill any gap from the game's log anyway, by seq.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -47,36 +47,48 @@ class FeedTail:
             self.last[feed] = as_text(rows[0][0]) if rows else "0-0"
 
     async def follow(self, stop: asyncio.Event) -> AsyncGenerator[list[bytes], None]:
+        """Batches of events until `stop`, an empty one after each quiet `block_ms` (so the
+        follower may decide to stop: closing the generator ends its reads)."""
         if not self.last:
             await self.start_here()
         if not is_cluster(self.redis):
             while not stop.is_set():
-                batch = await self._read(dict(self.last))
-                if batch:
-                    yield batch
+                yield await self._read(dict(self.last))
             return
         queue: asyncio.Queue[list[bytes]] = asyncio.Queue(maxsize=64)
-        lanes = [asyncio.create_task(self._lane(feed, queue, stop)) for feed in self.last]
+        done = asyncio.Event()
+        lanes = [asyncio.create_task(self._lane(feed, queue, stop, done)) for feed in self.last]
         try:
             while not stop.is_set():
-                with contextlib.suppress(TimeoutError):
+                try:
                     yield await asyncio.wait_for(queue.get(), self.block_ms / 1000)
+                except TimeoutError:
+                    yield []
         finally:
+            # The follower stopped: each lane ends after its blocking read (a read cancelled
+            # mid-way costs its connection); the gateway stopping cancels them at once.
+            done.set()
+            if not stop.is_set():
+                await asyncio.wait(lanes, timeout=self.block_ms / 1000 + 1.0)
             for lane in lanes:
                 lane.cancel()
             await asyncio.gather(*lanes, return_exceptions=True)
 
     async def _lane(
-        self, feed: str, queue: asyncio.Queue[list[bytes]], stop: asyncio.Event
+        self,
+        feed: str,
+        queue: asyncio.Queue[list[bytes]],
+        stop: asyncio.Event,
+        done: asyncio.Event,
     ) -> None:
-        while not stop.is_set():
+        while not (stop.is_set() or done.is_set()):
             try:
                 batch = await self._read({feed: self.last[feed]})
             except Exception as exc:  # a lane that dies would silence its partition
                 log.warning("feed tail of %s failed (%s); retrying", feed, exc)
                 await asyncio.sleep(RETRY_PAUSE_S)
                 continue
-            if batch:
+            if batch and not done.is_set():
                 await queue.put(batch)
 
     async def _read(self, streams: dict[Any, Any]) -> list[bytes]:

@@ -3,7 +3,8 @@
 It is thin: requests become commands through the command client, and views and logs are
 read through the query client (and the gateway's own folds of the logs); the engine
 service alone decides legality, seats and tokens. Any number of gateways run side by
-side, each with its own reply stream and its own follower of every feed.
+side, each with its own reply stream and its own follower of every feed (while anybody
+listens there).
 """
 
 from services.gateway.app import init_app

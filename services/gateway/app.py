@@ -3,9 +3,9 @@
 The shared parts live under typed app keys (`services.gateway.appkeys`) and are made and
 closed by one cleanup context: the Redis connection (unless the caller lends one), a
 command client with this gateway's own reply stream, the query client, the folds of
-recently read games, the live hub following every feed, and the metrics. Every answer
-carries the browser policy (`guard.secure_headers`); connection caps and read deadlines
-are the serving side's (`serve.py`, `guard.py`).
+recently read games, the live hub following every feed (while anybody listens), and the
+metrics. Every answer carries the browser policy (`guard.secure_headers`); connection caps
+and read deadlines are the serving side's (`serve.py`, `guard.py`).
 """
 
 from __future__ import annotations
@@ -90,7 +90,6 @@ def _parts(
         hub = Hub(FeedTail(redis, keys))
         app[appkeys.HUB] = hub
         stop = asyncio.Event()
-        await hub.tail.start_here()
         following = asyncio.create_task(hub.run(stop))
         # One reader of the inboxes of every bot streaming here (services.gateway.turns).
         app[appkeys.TURNS] = TurnReader(redis, keys, app[appkeys.NAME], app[appkeys.DELIVERIES].lag)

@@ -1,12 +1,13 @@
 """Live events for this gateway's sockets and streams: one feed follower, many listeners.
 
 `Hub.run` follows every partition's feed (`services.bus.feeds.FeedTail`) while anybody
-listens here (a gateway nobody listens to reads no event), and hands each event to the listeners of its game, once per event however many listen: a `LiveEvent`
-encodes itself for a socket or an NDJSON line once, on first use, and every listener
-shares that text. A listener keeps what it has not sent yet, up to `QUEUE_SIZE`; beyond
-that, or when an event arrives out of order (a feed entry missed while Redis was away),
-the listener's owner reads the gap from the game's log (`catch_up`), so a client gets
-every event once, in order. A bot stream's `EndedListener` is told of the games that seat
+listens here (a gateway nobody listens to reads none), and hands each event to the
+listeners of its game, once per event however many listen: a `LiveEvent` encodes itself
+for a socket or an NDJSON line once, on first use, and every listener shares that text.
+A listener keeps what it has not sent yet, up to `QUEUE_SIZE`; beyond that, or when an
+event arrives out of order (a feed entry missed while Redis was away), the listener's
+owner reads the gap from the game's log (`catch_up`), so a client gets every event once,
+in order. A bot stream's `EndedListener` is told of the games that seat
 its bot (from their `game_created` events, or as the stream learns of them) and of their
 ends, so that every outside bot hears how each of its games ended.
 
@@ -264,8 +265,8 @@ class Hub:
         return sum(len(s) for s in self.games.values())
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Follow the feeds until `stop`, from where `tail.start_here` fixed the start (the
-        app calls it before serving); a failure is logged and the following resumes."""
+        """Follow the feeds while anybody listens, until `stop`; a failure is logged and the
+        following resumes where it was."""
         clock = asyncio.create_task(self._clock())
         try:
             while not stop.is_set():
@@ -303,9 +304,9 @@ class Hub:
         """Follow the feeds while anybody listens. While nobody does, read nothing (each
         gateway reading every event would cost every gateway the whole arena's moves); the
         first listener wakes the hub, which follows on from the feeds' ends and sends each
-        listener to its game's log once, for what came in between."""
-        if not self.heard():
-            self.following.clear()
+        listener to its game's log once, for what came in between. A wake that failed is
+        tried again: the hub never follows on from where it stopped long ago."""
+        if not self.following.is_set():
             while True:
                 self._listened.clear()
                 if self.heard():
@@ -320,11 +321,12 @@ class Hub:
                 for listener in listeners:
                     listener.overflowed = True  # the owner reads the log
                     listener.woken.set()
-        self.following.set()
+            self.following.set()
         async with contextlib.aclosing(self.tail.follow(stop)) as batches:
             async for batch in batches:
                 self._hand_out(batch)
                 if not self.heard():
+                    self.following.clear()
                     return
 
     def _hand_out(self, batch: list[bytes]) -> None:

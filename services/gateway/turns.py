@@ -377,10 +377,10 @@ async def serve_turns(
     inbox = reader.listen(bot, key_hash)  # before the search: nothing falls in between
     turns = Turns(app, bot, ready, wake=inbox.woken.set)
     ended = EndedListener(bot, turns.games)  # the hub adds the games created from now on
-    await hub.listen_ended(ended)
     streams.add(turns)
     opened(turns)
     try:
+        await hub.listen_ended(ended)
         async with reader.opening:
             waiting = await turns.pending()
         reader.start(bot, turns.last)

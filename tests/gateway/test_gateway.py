@@ -364,8 +364,15 @@ async def test_a_hub_nobody_listens_to_reads_no_event_and_its_first_listener_mis
         event = msgpack.packb({"game_id": "g1", "seq": seq, "type": "move_played"})
         await redis.xadd(feed, {FIELD_BYTES: event})
 
+    async def seqs_until(last: int) -> tuple[list[int], bool]:
+        got, overflowed = [], False
+        while last not in got:
+            events, dropped = await listener.take(2.0)
+            assert events or dropped, "nothing came"
+            got, overflowed = got + [e.seq for e in events], overflowed or dropped
+        return got, overflowed
+
     hub, stop = Hub(FeedTail(redis, keys, block_ms=100)), asyncio.Event()
-    await hub.tail.start_here()
     running = asyncio.create_task(hub.run(stop))
     try:
         for seq in (1, 2, 3):
@@ -374,18 +381,17 @@ async def test_a_hub_nobody_listens_to_reads_no_event_and_its_first_listener_mis
         assert hub.events_seen == 0 and not hub.following.is_set()
         listener = hub.listen("g1")
         await append(4)  # before or after the hub fixed where it follows from
-        events, overflowed = await listener.take(2.0)
-        assert overflowed or [e.seq for e in events] == [4]
+        await until(lambda: asyncio.sleep(0, hub.following.is_set()))
         await append(5)
-        events, overflowed = await listener.take(2.0)
-        assert not overflowed and [e.seq for e in events] == [5]
+        got, overflowed = await seqs_until(5)
+        # 4 came from the hub, or the listener was told to read the log (which has it)
+        assert got == [4, 5] or (overflowed and got[-1:] == [5] and set(got) <= {4, 5})
         hub.unlisten(listener)
-        await append(6)  # the hub hands it out, finds nobody listening and stops
-        await asyncio.sleep(0.3)
+        await until(lambda: asyncio.sleep(0, not hub.following.is_set()))
         seen = hub.events_seen
-        await append(7)
+        await append(6)
         await asyncio.sleep(0.3)
-        assert hub.events_seen == seen and not hub.following.is_set()
+        assert hub.events_seen == seen
     finally:
         stop.set()
         await running
