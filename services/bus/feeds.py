@@ -68,11 +68,13 @@ class FeedTail:
             # The follower stopped: each lane ends after its blocking read (a read cancelled
             # mid-way costs its connection); the gateway stopping cancels them at once.
             done.set()
-            if not stop.is_set():
-                await asyncio.wait(lanes, timeout=self.block_ms / 1000 + 1.0)
-            for lane in lanes:
-                lane.cancel()
-            await asyncio.gather(*lanes, return_exceptions=True)
+            try:
+                if not stop.is_set():
+                    await asyncio.wait(lanes, timeout=self.block_ms / 1000 + 1.0)
+            finally:
+                for lane in lanes:
+                    lane.cancel()
+                await asyncio.gather(*lanes, return_exceptions=True)
 
     async def _lane(
         self,

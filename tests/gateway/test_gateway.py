@@ -15,11 +15,13 @@ from aiohttp.test_utils import TestClient
 from engine import game_names
 from schemas.api import decode_server_message
 from schemas.codec import FIELD_BYTES
+from services.bus.connection import connect
 from services.bus.feeds import FeedTail
 from services.bus.keys import Keys
 from services.gamelog.export import verify_export
 from services.gateway.live import Hub
 from services.gateway.routes import ROUTES, openapi
+from tests.support.cluster import ClusterTarget
 from tests.support.gateway import Arena, new_game, play_out, until, view
 
 #: A body sent as raw bytes, declared JSON (anything else is refused with 415).
@@ -354,10 +356,21 @@ async def _ended_view(client: TestClient, game_id: str) -> dict[str, Any] | None
 async def test_a_hub_nobody_listens_to_reads_no_event_and_its_first_listener_misses_none(
     redis: Any, namespace: str
 ) -> None:
+    await _quiet_hub(redis, Keys(prefix=namespace, partitions=2))
+
+
+async def test_a_quiet_hub_on_a_cluster(cluster_url: ClusterTarget) -> None:
+    redis = await connect(cluster_url.url)
+    try:
+        await _quiet_hub(redis, Keys(prefix=cluster_url.prefix, partitions=4))
+    finally:
+        await redis.aclose()
+
+
+async def _quiet_hub(redis: Any, keys: Keys) -> None:
     # Every gateway reading every event would cost each the whole arena's moves: while
     # nobody listens it reads none. The first listener wakes it; what was appended while it
     # woke reaches the listener from the hub, or the listener is sent to the log for it.
-    keys = Keys(prefix=namespace, partitions=2)
     feed = keys.feed(keys.partition("g1"))
 
     async def append(seq: int) -> None:
