@@ -232,20 +232,21 @@ async def forget(redis: Client, keys: Keys, names: Iterable[str]) -> None:
         await _on_each(redis, keys, "HDEL", *gone)
 
 
-def newest(answers: Iterable[Any]) -> dict[str, Any]:
-    """HGETALL answers of the beat keys merged: per process, the beat with the latest time."""
-    out: dict[str, Any] = {}
+def newest(answers: Iterable[Any]) -> dict[str, Beat | None]:
+    """HGETALL answers of the beat keys merged: per process, the beat with the latest time
+    (None where no copy is readable). Each stored beat is parsed once: every member of a
+    partitioned kind reads them all every round, and their number grows with the hosts."""
+    out: dict[str, Beat | None] = {}
     for raw in answers:
         for name, value in dict(raw).items():
-            key = as_text(name)
-            if key not in out or _beat_time(value) > _beat_time(out[key]):
-                out[key] = value
+            key, beat = as_text(name), Beat.parse(value)
+            if key not in out or _time_of(beat) > _time_of(out[key]):
+                out[key] = beat
     return out
 
 
-def _beat_time(raw: Any) -> int:
-    b = Beat.parse(raw)
-    return -1 if b is None else b.time
+def _time_of(beat: Beat | None) -> int:
+    return -1 if beat is None else beat.time
 
 
 @contextlib.asynccontextmanager
@@ -276,14 +277,9 @@ async def beating(
             await forget(redis, keys, [name])
 
 
-def beats_of(raw: Mapping[Any, Any]) -> dict[str, Beat]:
-    """The beats of an HGETALL of `Keys.processes`, by process name (unreadable ones left out)."""
-    out = {}
-    for name, value in raw.items():
-        b = Beat.parse(value)
-        if b is not None:
-            out[as_text(name)] = b
-    return out
+def beats_of(merged: Mapping[str, Beat | None]) -> dict[str, Beat]:
+    """The readable beats of `newest`'s answer, by process name."""
+    return {name: b for name, b in merged.items() if b is not None}
 
 
 async def processes(redis: Client, keys: Keys) -> dict[str, Beat]:
@@ -293,9 +289,8 @@ async def processes(redis: Client, keys: Keys) -> dict[str, Beat]:
 
 async def forget_old(redis: Client, keys: Keys) -> int:
     """Drop the beats older than `FORGET_AFTER_MS` (and unreadable ones); how many went."""
-    raw = newest(await _on_each(redis, keys, "HGETALL"))
+    beats = newest(await _on_each(redis, keys, "HGETALL"))
     now = now_ms()
-    beats = {name: Beat.parse(value) for name, value in raw.items()}
     old = [k for k, b in beats.items() if b is None or now - b.time > FORGET_AFTER_MS]
     if old:
         await forget(redis, keys, old)

@@ -28,8 +28,10 @@ from services.bus.presence import (
     beat,
     beat_value,
     beating,
+    beats_of,
     group_rows,
     group_totals,
+    newest,
     processes,
 )
 from services.bus.reader import GroupReader
@@ -69,6 +71,31 @@ def test_a_beat_that_does_not_say_when_is_never_alive() -> None:
     b = Beat.parse(json.dumps({"role": "engine"}))
     assert b is not None and b.time == 0
     assert not alive(b, now_ms())
+
+
+def test_copies_merge_to_each_process_s_latest_beat_each_parsed_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def stored(at: int) -> str:
+        return json.dumps({"role": "engine", "time": at})
+
+    # Two copies of the beats (two masters): each process's latest wins, whichever copy
+    # holds it; one readable in no copy stays, as None (for `forget_old` to drop).
+    copies = [
+        {b"a": stored(5), b"b": stored(9), b"c": "not json"},
+        {b"a": stored(7), b"b": stored(8), b"c": "nor this", b"d": stored(1)},
+    ]
+    parsed: list[object] = []
+    parse = Beat.parse.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(
+        Beat, "parse", classmethod(lambda cls, raw: parsed.append(raw) or parse(cls, raw))
+    )
+    merged = newest(copies)
+    assert {k: (b.time if b else None) for k, b in merged.items()} == {
+        "a": 7, "b": 9, "c": None, "d": 1,
+    }  # fmt: skip
+    assert len(parsed) == 7, "every stored beat parsed once (a round reads them all)"
+    assert set(beats_of(merged)) == {"a", "b", "d"}
 
 
 def test_alive_is_one_threshold() -> None:
