@@ -529,7 +529,9 @@ class StreamConsumer:
         log.info("%s: %s lag=%d pending=%d", self.reader.consumer, counters, lag, pending)
 
     async def drain(self) -> int:
-        """Handle everything there is (and what dead consumers left); return how many."""
+        """Handle everything there is (and what dead consumers left); return how many. At
+        the end it leaves the groups where it holds nothing, as a run does: a drained
+        consumer's name would stay in every group it read until it counted as dead."""
         await self.setup()
         handled = 0
         while True:
@@ -540,6 +542,7 @@ class StreamConsumer:
                 await self._set_aside_poison()
             if not entries:
                 await self.settle()
+                await self.reader.leave()
                 return handled
             handled += len(entries)
             await self.handle(entries)
