@@ -2,11 +2,11 @@
 
 The gateway fans live events out to its sockets this way: every gateway process follows
 all feeds on its own while anybody listens there (`services.gateway.live.Hub`). A single
-server is read with one
-blocking XREAD over every feed; on a cluster, where one command may not name two slots,
-each partition gets its own blocking read, fanned into one queue. A follower that loses
-its connection reads on from the last entry it saw, so it misses nothing that the feeds
-still hold; consumers fill any gap from the game's log anyway, by seq.
+server is read with one blocking XREAD over every feed; on a cluster, where one command
+may not name two slots, each partition gets its own blocking read, fanned into one queue.
+A follower that loses its connection reads on from the last entry it saw, so it misses
+nothing that the feeds still hold; consumers fill any gap from the game's log anyway, by
+seq.
 """
 
 from __future__ import annotations

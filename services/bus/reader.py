@@ -242,9 +242,9 @@ class GroupReader:
         await asyncio.wait([task])
         return self._claim_result(task)
 
-    def _claim_result(self, task: asyncio.Task[list[Entry]] | None) -> list[Entry]:
+    def _claim_result(self, task: asyncio.Task[list[Entry]]) -> list[Entry]:
         """What a finished claim pass took."""
-        if task is None or task.cancelled():
+        if task.cancelled():
             return []
         if task.exception() is not None:
             # Redis away: the next pass tries again (and takes back what an XCLAIM whose

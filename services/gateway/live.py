@@ -7,9 +7,9 @@ for a socket or an NDJSON line once, on first use, and every listener shares tha
 A listener keeps what it has not sent yet, up to `QUEUE_SIZE`; beyond that, or when an
 event arrives out of order (a feed entry missed while Redis was away), the listener's
 owner reads the gap from the game's log (`catch_up`), so a client gets every event once,
-in order. A bot stream's `EndedListener` is told of the games that seat
-its bot (from their `game_created` events, or as the stream learns of them) and of their
-ends, so that every outside bot hears how each of its games ended.
+in order. A bot stream's `EndedListener` is told of the games that seat its bot (from their
+`game_created` events, or as the stream learns of them) and of their ends, so that every
+outside bot hears how each of its games ended.
 
 Outside bots' turns come the same way: one `TurnReader` per gateway reads the inboxes of
 the bots that have a stream here and hands each entry to that bot's `InboxListener`s

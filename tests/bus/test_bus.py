@@ -39,6 +39,17 @@ def create(gid: str) -> CreateGame:
     return CreateGame(command_id=f"create-{gid}", game_id=gid, game="teeko", seats=BOTS)
 
 
+async def g1_sent(redis: aioredis.Redis, keys: Keys) -> str:
+    """Game g1's creation sent to the engines; the command stream it waits in."""
+    await CommandClient(redis, keys).send([create("g1")])
+    return keys.commands(keys.partition("g1"))
+
+
+def engine_reader(redis: aioredis.Redis, keys: Keys, stream: str, name: str) -> GroupReader:
+    """A reader of `stream` in the engines' group, as consumer `name`."""
+    return GroupReader(redis, [stream], ENGINE_GROUP, name, heartbeats=keys.processes())
+
+
 async def test_a_late_reply_is_asked_for_again_with_the_same_id(
     redis: aioredis.Redis, keys: Keys
 ) -> None:
@@ -131,7 +142,7 @@ async def test_entries_delivered_to_a_reader_whose_answer_was_lost_are_taken_bac
 ) -> None:
     await CommandClient(redis, keys).send([create("g1"), create("g2")])
     stream = keys.commands(keys.partition("g1"))
-    reader = GroupReader(redis, [stream], ENGINE_GROUP, "alive", heartbeats=keys.processes())
+    reader = engine_reader(redis, keys, stream, "alive")
     await reader.setup()
     # Redis delivers to "alive", but the answer never reaches its reader (a dropped
     # connection, and the client retried the read): the entries wait with nobody on them.
@@ -148,9 +159,8 @@ async def test_a_stopped_reader_that_goes_on_reads_first_what_it_was_delivered(
 ) -> None:
     # A service stopped mid-read (its lane cancelled after Redis delivered, before the
     # answer came), then drained: the drain must handle what is pending with its consumer.
-    await CommandClient(redis, keys).send([create("g1")])
-    stream = keys.commands(keys.partition("g1"))
-    reader = GroupReader(redis, [stream], ENGINE_GROUP, "alive", heartbeats=keys.processes())
+    stream = await g1_sent(redis, keys)
+    reader = engine_reader(redis, keys, stream, "alive")
     await reader.setup()
     lost: Any = await redis.xreadgroup(ENGINE_GROUP, "alive", {stream: ">"})
     await reader.close()
@@ -191,13 +201,9 @@ async def test_a_claim_pass_that_failed_is_not_reported_when_its_stopped_reader_
 async def test_a_dead_consumers_work_is_taken_and_it_leaves_the_group(
     redis: aioredis.Redis, keys: Keys
 ) -> None:
-    await CommandClient(redis, keys).send([create("g1")])
-    stream = keys.commands(keys.partition("g1"))
-
-    def reader(name: str) -> GroupReader:
-        return GroupReader(redis, [stream], ENGINE_GROUP, name, heartbeats=keys.processes())
-
-    ghost = reader("ghost")  # takes the command, never beats, never acks: it died
+    stream = await g1_sent(redis, keys)
+    # "ghost" takes the command, never beats, never acks: it died
+    ghost = engine_reader(redis, keys, stream, "ghost")
     assert len(await ghost.read(None)) == 1
     engine = EngineService(redis, keys, consumer="alive", secret=b"s")
     await engine.heartbeat()
@@ -220,9 +226,8 @@ async def test_a_dead_consumers_work_is_taken_and_it_leaves_the_group(
 async def test_a_drain_handles_what_a_claim_pass_beside_the_reads_took(
     redis: aioredis.Redis, keys: Keys
 ) -> None:
-    await CommandClient(redis, keys).send([create("g1")])
-    stream = keys.commands(keys.partition("g1"))
-    ghost = GroupReader(redis, [stream], ENGINE_GROUP, "ghost", heartbeats=keys.processes())
+    stream = await g1_sent(redis, keys)
+    ghost = engine_reader(redis, keys, stream, "ghost")
     assert len(await ghost.read(None)) == 1  # it died holding the command
     await asyncio.sleep(0.6)  # past dead_idle_ms
     engine = EngineService(redis, keys, consumer="alive", secret=b"s")

@@ -408,3 +408,35 @@ async def _quiet_hub(redis: Any, keys: Keys) -> None:
     finally:
         stop.set()
         await running
+
+
+async def test_sockets_opened_and_closed_fast_wake_the_hub_at_most_once_a_read(
+    redis: Any, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An attacker opening and closing sockets as fast as it can: each wake reads every
+    # feed's end, but the hub stops following only after a read (at most `block_ms`), so
+    # the wakes are bounded by the reads, not by the client.
+    tail = FeedTail(redis, Keys(prefix=namespace, partitions=2), block_ms=100)
+    wakes, start_here = 0, tail.start_here
+
+    async def counted() -> None:
+        nonlocal wakes
+        wakes += 1
+        await start_here()
+
+    monkeypatch.setattr(tail, "start_here", counted)
+    hub, stop = Hub(tail), asyncio.Event()
+    running = asyncio.create_task(hub.run(stop))
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    try:
+        for _ in range(500):
+            listener = hub.listen("g1")
+            await asyncio.sleep(0)
+            hub.unlisten(listener)
+            await asyncio.sleep(0.001)
+        elapsed = loop.time() - began
+    finally:
+        stop.set()
+        await running
+    assert 1 <= wakes <= elapsed / 0.1 + 2, (wakes, elapsed)
