@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, TypedDict, Unpack
 
+from redis.crc import key_slot
+
 from schemas.codec import FIELD
 from services.bus import outages
 from services.bus.connection import (
@@ -258,7 +260,13 @@ class StreamConsumer:
         """A master of the cluster did not answer during `spell` (it died, and its replica
         took over): the games of the partitions it served (`slots`) could not be moved
         meanwhile, and that time is the platform's. Kept here at once (`spell_seen`),
-        written by the next heartbeat."""
+        written by the next heartbeat.
+
+        What this consumer acknowledged there in the spell's last moments may not have
+        reached the replica that took over: those entries are pending with it again, and
+        `>` never hands them back; it reads its own pending there first (else they would
+        wait `claim_idle_ms` for a claim)."""
+        self.reader.recover([s for s in self.reader.streams if key_slot(s.encode()) in slots])
         hit = [p for p in self.keys.all_partitions() if self.keys.slot(p) in slots]
         if hit:
             self.spells_unwritten.append((spell, hit))

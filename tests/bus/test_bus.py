@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgpack
 import pytest
 import redis.asyncio as aioredis
+from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from schemas.commands import CreateGame, SeatSpec
@@ -166,6 +168,24 @@ async def test_a_stopped_reader_that_goes_on_reads_first_what_it_was_delivered(
     await reader.close()
     again = await reader.read(None)
     assert [e.entry_id for e in again] == [i for i, _ in lost[0][1]]
+
+
+async def test_what_was_acknowledged_on_a_master_that_died_is_read_again_at_once(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    # A master died after the engine acknowledged a command there but before its replica
+    # had the XACK: on the replica that took over, the command is pending with the engine
+    # again. Told that the master was away (the cluster client's outage hook), the engine
+    # reads its own pending there first, not a claim period (30 s) later.
+    stream = await g1_sent(redis, keys)
+    engine = EngineService(redis, keys, consumer="alive", secret=b"s")
+    await engine.heartbeat()
+    await engine.setup()
+    await redis.xreadgroup(ENGINE_GROUP, "alive", {stream: ">"})  # its XACK lost
+    assert await engine.reader.read(None) == []  # ">" never hands it back
+    now = int(time.time() * 1000)
+    engine.master_away((now - 1000, now), frozenset({key_slot(stream.encode())}))
+    assert await engine.reader.read(None) != []
 
 
 async def test_a_claim_pass_that_failed_is_not_reported_when_its_stopped_reader_is_collected(

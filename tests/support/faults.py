@@ -235,7 +235,8 @@ async def settle(redis: Client, keys: Keys, game_ids: set[str]) -> None:
     ids, behind = sorted(game_ids), ["the streams' groups"]
     for _ in range(200):
         with contextlib.suppress(*TRANSIENT_ERRORS):
-            if await _groups_done(redis, keys):
+            behind = await _groups_behind(redis, keys)
+            if not behind:
                 heads = await query.heads(ids)
                 views = await query.views(ids)
                 pairs = zip(ids, views, heads, strict=True)
@@ -247,23 +248,25 @@ async def settle(redis: Client, keys: Keys, game_ids: set[str]) -> None:
                 if not behind:
                     return
         await asyncio.sleep(0.1)
-    raise AssertionError(f"the projector did not catch up in 20 s: {behind[:5]}")
+    raise AssertionError(f"the engine or the projector did not catch up in 20 s: {behind[:5]}")
 
 
-async def _groups_done(redis: Client, keys: Keys) -> bool:
-    """Whether the engine and the projector have been handed, and acknowledged, every entry
-    of every partition's streams."""
+async def _groups_behind(redis: Client, keys: Keys) -> list[str]:
+    """The engine's and the projector's groups that have not been handed, or have not
+    acknowledged, every entry of their partition's stream: stream, group, pending count,
+    last delivered and last written ids."""
+    behind = []
     for p in keys.all_partitions():
         for stream, group in ((keys.commands(p), ENGINE_GROUP), (keys.feed(p), PROJECTOR_GROUP)):
             if not await redis.exists(stream):
                 continue
             last = as_text((await redis.xinfo_stream(stream))["last-generated-id"])
             for info in await redis.xinfo_groups(stream):
-                if as_text(info["name"]) == group and (
-                    info["pending"] or as_text(info["last-delivered-id"]) != last
-                ):
-                    return False
-    return True
+                delivered = as_text(info["last-delivered-id"])
+                if as_text(info["name"]) == group and (info["pending"] or delivered != last):
+                    pending = info["pending"]
+                    behind.append(f"{stream} {group}: {pending} pending, {delivered}/{last}")
+    return behind
 
 
 async def beating(redis: Client, keys: Keys, within_ms: int) -> set[str]:
