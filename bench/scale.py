@@ -5,8 +5,9 @@ A host is a Linux network namespace (`agon-h<i>`, address 10.77.0.<i+1>/24 on a 
 the bridge `agon-br0` in the root namespace, loopback up) whose processes sit in a cgroup v1
 (`/sys/fs/cgroup/cpu/agon-scale/h<i>`, `cpu.cfs_quota_us` = `--cpu` x `cpu.cfs_period_us`;
 the same group under `cpuacct` counts its CPU). Each host runs a Redis Cluster master (its
-replica on the next host; with one host both on it; cluster-node-timeout 0.5 s and no full
-coverage required, so survivors go on serving while a master fails over), an engine, a
+slots hold an equal share of the partitions, `bench.cluster.slot_ranges`; its replica on
+the next host; with one host both on it; cluster-node-timeout 0.5 s and no full coverage
+required, so survivors go on serving while a master fails over), an engine, a
 projector, a dispatcher, a `random` bot worker and a gateway (`bench.gateway`'s, whose
 quotas let one address create every game), all as `bench.fleet` starts them, sharing
 `AGON_SECRET`. The quotas are set once every process of the host said it was ready: start-up
@@ -430,6 +431,9 @@ class Testbed:
         self.replicas = replicas
         self.say = say
         self.secret = new_secret().decode()
+        #: each master's slots: an equal share of the partitions on each
+        keys = Keys(prefix=PREFIX)
+        self.slot_ranges = slot_ranges(count, [keys.slot(p) for p in keys.all_partitions()])
         self.dir = Path(tempfile.mkdtemp(prefix="agon-scale-"))
         self.binary = find_redis_server()
         self.hosts = [
@@ -529,7 +533,7 @@ class Testbed:
             for host in self.hosts
             for k in range(1, 1 + self.replicas)
         ]
-        form([h.master for h in self.hosts], pairs)
+        form([h.master for h in self.hosts], pairs, ranges=self.slot_ranges)
         self._until(
             lambda: all(
                 cluster_ok(_info(n), len(nodes)) and replication_up(n.port, n.host) for n in nodes
@@ -1066,7 +1070,7 @@ class Run:
         bed = self.bed
         victim = bed.hosts[-1]
         dead = victim.master
-        lo, hi = slot_ranges(bed.count)[victim.index]
+        lo, hi = bed.slot_ranges[victim.index]
         on_dead = {p for p in keys.all_partitions() if lo <= key_slot(keys.feed(p).encode()) <= hi}
         playing = {p for p, ms in feeds.last_move_ms.items() if ms >= now_ms() - 2000}
         processes = len(victim.pids())
