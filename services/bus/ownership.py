@@ -158,7 +158,7 @@ class Ownership:
         while its last beat is younger than a lease: one whose beats a starved host held
         back for over `ALIVE_MS` still renews its leases, and taking its share from it
         then only to hand it back costs both a handover; a dead one's leases lapse no
-        sooner anyway."""
+        sooner anyway. Of every process's beat, only the kind's own are parsed."""
         began, copies = now_ms(), beat_keys(self.redis, self.keys)
         try:
             async with asyncio.timeout(BEATS_WAIT_S):
@@ -169,7 +169,7 @@ class Ownership:
             if self._members is None:
                 raise
             return self._members
-        now, beats = now_ms(), beats_of(newest(answers.answers))
+        now, beats = now_ms(), beats_of(newest(answers.answers, self.kind))
         live = {self.member}
         live.update(
             n for n, b in beats.items() if b.role == self.kind and alive(b, now, self.lease_ms)

@@ -232,13 +232,17 @@ async def forget(redis: Client, keys: Keys, names: Iterable[str]) -> None:
         await _on_each(redis, keys, "HDEL", *gone)
 
 
-def newest(answers: Iterable[Any]) -> dict[str, Beat | None]:
+def newest(answers: Iterable[Any], role: str | None = None) -> dict[str, Beat | None]:
     """HGETALL answers of the beat keys merged: per process, the beat with the latest time
-    (None where no copy is readable). Each stored beat is parsed once: every member of a
-    partitioned kind reads them all every round, and their number grows with the hosts."""
+    (None where no copy is readable). Each stored beat is parsed once, and with `role`
+    only those `beat_value` wrote for that role: every member of a partitioned kind reads
+    every beat every round, and their number grows with the hosts."""
     out: dict[str, Beat | None] = {}
+    mark = None if role is None else json.dumps({"role": role})[1:-1]
     for raw in answers:
         for name, value in dict(raw).items():
+            if mark is not None and mark not in as_text(value):
+                continue
             key, beat = as_text(name), Beat.parse(value)
             if key not in out or _time_of(beat) > _time_of(out[key]):
                 out[key] = beat

@@ -98,6 +98,30 @@ def test_copies_merge_to_each_process_s_latest_beat_each_parsed_once(
     assert set(beats_of(merged)) == {"a", "b", "d"}
 
 
+def test_a_member_parses_only_the_beats_of_its_own_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every process of every kind beats into the same hash, and every member of a
+    # partitioned kind reads it every round: it parses only its own kind's beats.
+    copies = [
+        {
+            b"e1": beat_value("engine", "engine"),
+            b"e2": beat_value("engine", "engine", note='"role": "projector"'),
+            b"p1": beat_value("projector", "projector"),
+            b"g1": beat_value("gateway", "", url="http://x"),
+            b"x": "not json",
+        }
+    ] * 2
+    parsed: list[object] = []
+    parse = Beat.parse.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(
+        Beat, "parse", classmethod(lambda cls, raw: parsed.append(raw) or parse(cls, raw))
+    )
+    assert set(newest(copies, "engine")) == {"e1", "e2"}
+    assert len(parsed) == 4, "a beat of another kind was parsed"
+    parsed.clear()
+    assert set(newest(copies, "projector")) == {"p1"}  # (e2's note is escaped: not a role)
+    assert len(parsed) == 2
+
+
 def test_alive_is_one_threshold() -> None:
     now = 1_800_000_000_000
     assert alive(Beat("engine", time=now - ALIVE_MS), now)
