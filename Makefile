@@ -6,6 +6,7 @@ SHARED ?= ../shared
 SECONDS ?= 5
 HOSTS ?= 1,2,4,8
 CPU ?= 0.2
+REPEAT ?= 3
 
 .PHONY: run test lint bench load scale faults attack conformance venv golden clean
 
@@ -41,7 +42,7 @@ load: $(STAMP)
 
 # The scale-out curve on simulated hosts (network namespaces, a CPU quota each; needs root).
 scale: $(STAMP)
-	$(VENV)/bin/agon bench scale --hosts $(HOSTS) --cpu $(CPU)
+	$(VENV)/bin/agon bench scale --hosts $(HOSTS) --cpu $(CPU) --repeat $(REPEAT)
 
 # The fault suite in its full form (CI runs the short form inside `make test`).
 faults: $(STAMP)

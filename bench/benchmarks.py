@@ -157,10 +157,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         " scale: bot games per host (default 32)",
     )
     parser.add_argument(
-        "--hosts", default="1,2,4,8", help="scale: simulated hosts, one run each (default 1,2,4,8)"
+        "--hosts", default="1,2,4,8", help="scale: simulated hosts, a window each (default 1,2,4,8)"
     )
     parser.add_argument(
         "--cpu", type=float, default=0.2, help="scale: CPU cores per host, its quota (default 0.2)"
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="scale: windows per host count, taken in turn (1,2,4,8,1,2,...); the efficiency"
+        " is of the medians (default 1)",
     )
     parser.add_argument(
         "--kill-host",
@@ -265,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
             results = run_scale_bench(
                 args.hosts, args.cpu, args.seconds, args.kill_host,
                 args.games if args.games is not None else 32, keep_logs=args.keep_logs,
-                move_time=args.move_time,
+                move_time=args.move_time, repeat=args.repeat,
             )  # fmt: skip
         except (ScaleError, FleetError) as exc:
             # The testbed failed (it was cleaned up): one line, with the log that says why.

@@ -52,6 +52,7 @@ import random
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -1259,8 +1260,12 @@ def run_scale_bench(
     say: Callable[[str], None] | None = None,
     keep_logs: bool = False,
     move_time: float | None = None,
+    repeat: int = 1,
 ) -> list[dict[str, Any]]:
-    """A row per host count (and one for the kill), then a row about the run ("name": "run")."""
+    """A row per window (`repeat` per host count, taken in turn; then one for the kill), with
+    `repeat` > 1 a row of medians per host count, then a row about the run ("name": "run").
+    Each efficiency is against the median one-host throughput (this machine's one-host
+    windows vary by 10%: one alone sets every host count's efficiency)."""
     counts = parse_counts(hosts, "--hosts")
     if not cpu > 0:
         raise UsageError(f"--cpu wants cores per host > 0, e.g. 0.2; got {cpu:g}")
@@ -1270,6 +1275,8 @@ def run_scale_bench(
         raise UsageError(f"--games wants a whole number ≥ 1, got {games}")
     if move_time is not None and not move_time > 0:
         raise UsageError(f"--move-time wants seconds > 0, e.g. 2; got {move_time:g}")
+    if repeat < 1:
+        raise UsageError(f"--repeat wants a whole number ≥ 1, got {repeat}")
     if kill_host and max(counts) < 3:
         raise UsageError("--kill-host needs 3 hosts or more (each master keeps a replica)")
     say = say or Say()
@@ -1278,7 +1285,8 @@ def run_scale_bench(
         say(note)
     rows: list[dict[str, Any]] = []
     logs: list[str] = []
-    runs = [(n, False) for n in counts] + ([(max(counts), True)] if kill_host else [])
+    runs = [(n, False) for _ in range(repeat) for n in counts]
+    runs += [(max(counts), True)] if kill_host else []
     with one_at_a_time():
         if stale := lab.clean():
             say(f"removed what an earlier run left: {', '.join(stale)}")
@@ -1291,6 +1299,8 @@ def run_scale_bench(
                     row["process_errors"] = bed.errors()
                     if kill:
                         row["name"] += ", one killed"
+                    elif repeat > 1:
+                        row["name"] += f", window {sum(r['hosts'] == n for r in rows) + 1}"
                     rows.append(row)
                 if bed.keep_logs:
                     logs += [str(bed.dir), *(str(h.fleet.dir) for h in bed.hosts if h.fleet)]
@@ -1299,13 +1309,7 @@ def run_scale_bench(
             signal.signal(signal.SIGTERM, previous)
             left = lab.leftovers()
             lab.clean()
-    curve = [r for r in rows if "kill" not in r]
-    base = next((r for r in curve if r["hosts"] == 1), curve[0] if curve else None)
-    for r in curve:
-        per_host = base["moves_per_sec"] / base["hosts"] if base else 0
-        r["efficiency"] = (
-            round(r["moves_per_sec"] / (r["hosts"] * per_host), 3) if per_host else None
-        )
+    rows += with_efficiency([r for r in rows if "kill" not in r], repeat)
     rows.append(
         {
             "name": "run",
@@ -1324,6 +1328,52 @@ def run_scale_bench(
     return rows
 
 
+#: The figures of a host count's windows whose median its summary row gives.
+MEDIANS = ("moves_per_sec", "latency_p50_ms", "latency_p99_ms", "conflicts_per_1k_moves",
+           "redis_ops_per_move", "loadgen_cores", "load_average_before")  # fmt: skip
+
+
+def with_efficiency(curve: list[dict[str, Any]], repeat: int) -> list[dict[str, Any]]:
+    """Set each window's efficiency against the median throughput per host of the fewest
+    hosts' windows; with `repeat` > 1, the summary rows: each host count's medians (a
+    host's CPU and throttling too, host by host) and the efficiency of its median."""
+    by_count: dict[int, list[dict[str, Any]]] = {}
+    for r in curve:
+        by_count.setdefault(r["hosts"], []).append(r)
+    if not by_count:
+        return []
+    fewest = min(by_count)
+    per_host = statistics.median([r["moves_per_sec"] for r in by_count[fewest]]) / fewest
+
+    def efficiency(moves: float, hosts: int) -> float | None:
+        return round(moves / (hosts * per_host), 3) if per_host else None
+
+    for r in curve:
+        r["efficiency"] = efficiency(r["moves_per_sec"], r["hosts"])
+    if repeat < 2:
+        return []
+    summaries = []
+    for hosts, windows in sorted(by_count.items()):
+        label = windows[0]["name"].split(",")[0]
+        row: dict[str, Any] = {
+            "name": f"{label}, median of {len(windows)}",
+            "hosts": hosts,
+            "cpu_quota": windows[0]["cpu_quota"],
+            "summary": True,
+        }
+        for key in MEDIANS:
+            values = [w[key] for w in windows if w.get(key) is not None]
+            row[key] = statistics.median(values) if values else None
+        for key in ("host_cpu_cores", "host_throttled"):
+            hosts_of = zip(*(w[key] for w in windows), strict=True)
+            row[key] = [statistics.median(values) for values in hosts_of]
+        people = ("acknowledged", "offered")
+        row["people"] = {k: statistics.median(w["people"][k] for w in windows) for k in people}
+        row["efficiency"] = efficiency(row["moves_per_sec"], hosts)
+        summaries.append(row)
+    return summaries
+
+
 # -- the report --------------------------------------------------------------------------------
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
@@ -1331,6 +1381,7 @@ def _ms(value: float | None) -> str:
 
 def print_scale_table(rows: Sequence[dict[str, Any]]) -> None:
     runs = [r for r in rows if r["name"] != "run"]
+    windows = [r for r in runs if not r.get("summary")]
     run_row = next((r for r in rows if r["name"] == "run"), {})
     if not runs:
         return
@@ -1365,16 +1416,18 @@ def print_scale_table(rows: Sequence[dict[str, Any]]) -> None:
     console.print(table)
     lines = [
         "moves/s: MovePlayed entries on the feeds over the window; per host: / hosts;"
-        " efficiency: moves/s(N) / (N x moves/s(1)); cmd→event: the command's XADD to its"
-        " MovePlayed's (Redis clock); conflicts: the engines' appends that lost a race;"
+        " efficiency: moves/s(N) / (N x moves/s(1), the median of its windows); cmd→event:"
+        " the command's XADD to its MovePlayed's (Redis clock); conflicts: the engines'"
+        " appends that lost a race;"
         " Redis ops: total_commands_processed over every master; CPU: each host's"
         f" {'cgroup (cpuacct)' if run_row.get('quotas') else 'processes'} over the window.",
         f"{run_row.get('cores')} cores; the load generator (outside the quotas) used"
-        f" {', '.join(format(r['loadgen_cores'], '.2f') for r in runs)} cores; the machine's"
-        f" load average before each window {', '.join(str(r['load_average_before']) for r in runs)}"
+        f" {', '.join(format(r['loadgen_cores'], '.2f') for r in windows)} cores; the machine's"
+        " load average before each window"
+        f" {', '.join(str(r['load_average_before']) for r in windows)}"
         " (other work on it shows there).",
     ]
-    for r in runs:
+    for r in windows:
         used = sum(r["host_cpu_cores"]) / len(r["host_cpu_cores"])
         if r["cpu_quota"] and used < MACHINE_BOUND * r["cpu_quota"]:
             lines.append(

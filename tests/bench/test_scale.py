@@ -21,9 +21,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from bench.cluster import TOTAL_SLOTS, slot_ranges
 from bench.scale import (
     CGROUP,
     CPU_ROOT,
@@ -35,7 +37,9 @@ from bench.scale import (
     our_namespaces,
     print_scale_table,
     run_scale_bench,
+    with_efficiency,
 )
+from services.bus.keys import Keys
 from services.cli import main as agon
 from tests.support.procs import processes_with
 
@@ -124,6 +128,7 @@ def test_sigterm_mid_run_leaves_nothing_behind() -> None:
         (["--cpu", "0"], "--cpu wants cores per host > 0"),
         (["--seconds", "0"], "--seconds wants a number > 0"),
         (["--hosts", "1,2", "--kill-host"], "--kill-host needs 3 hosts or more"),
+        (["--repeat", "0"], "--repeat wants a whole number ≥ 1"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -133,3 +138,46 @@ def test_bad_input_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert err.startswith("agon bench: ") and message in err
     assert len(err.strip().splitlines()) == 1
+
+
+def window(hosts: int, moves: float) -> dict[str, Any]:
+    """A window's row with what the efficiency and the table read."""
+    return {
+        "name": f"{hosts} host{'s' * (hosts != 1)}, window 1", "hosts": hosts, "cpu_quota": 0.2,
+        "moves_per_sec": moves, "latency_p50_ms": 100.0, "latency_p99_ms": 500.0,
+        "conflicts_per_1k_moves": 0.0, "redis_ops_per_move": 30.0, "loadgen_cores": 0.05,
+        "load_average_before": 1.0, "host_cpu_cores": [0.2] * hosts,
+        "host_throttled": [0.5] * hosts, "people": {"acknowledged": 9, "offered": 10},
+    }  # fmt: skip
+
+
+def test_the_efficiency_is_of_the_medians_of_the_windows(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # One one-host window alone set every count's efficiency: with 40 as the baseline the
+    # two-host windows would read 1.00-1.12, against the median of the three 0.89.
+    curve = [window(1, 45.0), window(2, 80.0), window(1, 40.0), window(2, 90.0)]
+    curve += [window(1, 50.0), window(2, 70.0)]
+    summaries = with_efficiency(curve, repeat=3)
+    assert [w["efficiency"] for w in curve] == [1.0, 0.889, 0.889, 1.0, 1.111, 0.778]
+    assert [(r["name"], r["moves_per_sec"], r["efficiency"]) for r in summaries] == [
+        ("1 host, median of 3", 45.0, 1.0),
+        ("2 hosts, median of 3", 80.0, 0.889),
+    ]
+    assert with_efficiency([window(1, 40.0), window(2, 60.0)], repeat=1) == []
+    print_scale_table([*curve, *summaries])
+    out = capsys.readouterr().out
+    assert "2 hosts, median of 3" in out and "0.89" in out
+
+
+def test_each_master_holds_an_equal_share_of_the_partitions() -> None:
+    keys = Keys()
+    hot = [keys.slot(p) for p in keys.all_partitions()]
+    for masters in range(1, 9):
+        ranges = slot_ranges(masters, hot)
+        assert ranges[0][0] == 0 and ranges[-1][1] == TOTAL_SLOTS - 1
+        assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(ranges))
+        held = [sum(lo <= s <= hi for s in hot) for lo, hi in ranges]
+        assert max(held) - min(held) <= 1, (masters, held)
+    # (even ranges leave half of eight masters without a partition)
+    assert min(sum(lo <= s <= hi for s in hot) for lo, hi in slot_ranges(8)) == 0
