@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,6 +22,7 @@ from services.bus.embedded import EmbeddedRedis
 from services.bus.keys import ENGINE_GROUP, Keys
 from services.bus.reader import GroupReader
 from services.bus.scripts import Script
+from services.bus.text import now_ms
 from services.cli.pipeline import ServiceSet, create_games
 from services.engine_service import EngineService
 from services.gamelog.fold import GameFold
@@ -183,7 +183,7 @@ async def test_what_was_acknowledged_on_a_master_that_died_is_read_again_at_once
     await engine.setup()
     await redis.xreadgroup(ENGINE_GROUP, "alive", {stream: ">"})  # its XACK lost
     assert await engine.reader.read(None) == []  # ">" never hands it back
-    now = int(time.time() * 1000)
+    now = now_ms()
     engine.master_away((now - 1000, now), frozenset({key_slot(stream.encode())}))
     assert await engine.reader.read(None) != []
 
