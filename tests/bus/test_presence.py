@@ -73,8 +73,19 @@ def test_a_beat_that_does_not_say_when_is_never_alive() -> None:
     assert not alive(b, now_ms())
 
 
+@pytest.fixture
+def parsed(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every raw value `Beat.parse` is given from now on."""
+    seen: list[object] = []
+    parse = Beat.parse.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(
+        Beat, "parse", classmethod(lambda cls, raw: seen.append(raw) or parse(cls, raw))
+    )
+    return seen
+
+
 def test_copies_merge_to_each_process_s_latest_beat_each_parsed_once(
-    monkeypatch: pytest.MonkeyPatch,
+    parsed: list[object],
 ) -> None:
     def stored(at: int) -> str:
         return json.dumps({"role": "engine", "time": at})
@@ -85,11 +96,6 @@ def test_copies_merge_to_each_process_s_latest_beat_each_parsed_once(
         {b"a": stored(5), b"b": stored(9), b"c": "not json"},
         {b"a": stored(7), b"b": stored(8), b"c": "nor this", b"d": stored(1)},
     ]
-    parsed: list[object] = []
-    parse = Beat.parse.__func__  # type: ignore[attr-defined]
-    monkeypatch.setattr(
-        Beat, "parse", classmethod(lambda cls, raw: parsed.append(raw) or parse(cls, raw))
-    )
     merged = newest(copies)
     assert {k: (b.time if b else None) for k, b in merged.items()} == {
         "a": 7, "b": 9, "c": None, "d": 1,
@@ -98,7 +104,7 @@ def test_copies_merge_to_each_process_s_latest_beat_each_parsed_once(
     assert set(beats_of(merged)) == {"a", "b", "d"}
 
 
-def test_a_member_parses_only_the_beats_of_its_own_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_member_parses_only_the_beats_of_its_own_kind(parsed: list[object]) -> None:
     # Every process of every kind beats into the same hash, and every member of a
     # partitioned kind reads it every round: it parses only its own kind's beats.
     copies = [
@@ -110,11 +116,6 @@ def test_a_member_parses_only_the_beats_of_its_own_kind(monkeypatch: pytest.Monk
             b"x": "not json",
         }
     ] * 2
-    parsed: list[object] = []
-    parse = Beat.parse.__func__  # type: ignore[attr-defined]
-    monkeypatch.setattr(
-        Beat, "parse", classmethod(lambda cls, raw: parsed.append(raw) or parse(cls, raw))
-    )
     assert set(newest(copies, "engine")) == {"e1", "e2"}
     assert len(parsed) == 4, "a beat of another kind was parsed"
     parsed.clear()
