@@ -71,8 +71,8 @@ from bench.fleet import Fleet, Service, delete_keys
 from bench.measure import CpuMeter, quantile, raise_open_files, spectate
 from schemas.codec import FIELD_BYTES, unpack
 from schemas.commands import CreateGame, SeatSpec
-from services.bus.clients import CommandClient, QueryClient
-from services.bus.connection import Client, RedisUnavailable, connect, is_cluster
+from services.bus.clients import CommandClient, QueryClient, log_entries
+from services.bus.connection import TRANSIENT_ERRORS, Client, RedisUnavailable, connect, is_cluster
 from services.bus.embedded import RedisServerError, redis_url_or_embedded
 from services.bus.keys import ENGINE_GROUP, FEED_GROUPS, WORKERS_GROUP, Keys
 from services.bus.presence import group_rows, group_totals
@@ -144,8 +144,16 @@ class Tracker:
         self.moves: list[tuple[int, int]] = []
         #: per ended game: (its GameEnded's feed entry ms, plies)
         self.ended: list[tuple[int, int]] = []
-        #: events this process never saw on a feed (trimmed before it read them)
+        #: events the feeds lost before this process read them (the services trim what
+        #: their groups acknowledged), read from the games' logs instead (`take`)
+        self.filled = 0
+        #: those it could not read there either
         self.missed = 0
+
+    def missing(self, ev: dict[str, Any]) -> range:
+        """The seqs of `ev`'s game this tracker has not seen and that come before `ev`."""
+        head = self.heads.get(str(ev["game_id"]), (0, 0))[0]
+        return range(head + 1, int(ev["seq"]))
 
     def event(self, entry_ms: int, ev: dict[str, Any]) -> str | None:
         """Take in one event; the game's id if it ended the game."""
@@ -154,7 +162,7 @@ class Tracker:
         seq = int(ev["seq"])
         head = self.heads.get(gid, (0, 0))[0]
         if seq > head + 1:
-            self.missed += seq - head - 1  # trimmed before this process read them
+            self.missed += seq - head - 1
         if kind == "game_ended":
             self.heads.pop(gid, None)
             self.ended.append((entry_ms, self.plies.pop(gid, 0)))
@@ -206,6 +214,23 @@ class Load:
             await self.create(self.target - len(self.live))
 
 
+async def take(
+    redis: Client, keys: Keys, tracker: Tracker, entry_ms: int, ev: dict[str, Any]
+) -> str | None:
+    """`tracker.event`, after the events of `ev`'s game that the feed lost before this
+    process read them (trimmed: it lagged behind the services' groups) are read from the
+    game's log, each at its own time. The game's id if `ev` ended it."""
+    gap = tracker.missing(ev)
+    if gap:
+        with contextlib.suppress(*TRANSIENT_ERRORS):  # a failover: counted as missed
+            rows = await redis.xrange(keys.log(str(ev["game_id"])), gap.start, gap.stop - 1)
+            for entry in log_entries(rows):
+                earlier = unpack(entry.data)
+                tracker.event(int(earlier["time"]), earlier)
+                tracker.filled += 1
+    return tracker.event(entry_ms, ev)
+
+
 async def follow_feeds(
     redis: Client, keys: Keys, tracker: Tracker, load: Load, stop: asyncio.Event
 ) -> None:
@@ -220,7 +245,7 @@ async def follow_feeds(
                 last[as_text(stream)] = entry_id
                 data = fields.get(FIELD_BYTES)
                 if data is not None:
-                    gid = tracker.event(id_ms(entry_id), unpack(data))
+                    gid = await take(redis, keys, tracker, id_ms(entry_id), unpack(data))
                     if gid is not None:
                         ended.append(gid)
         if ended:
@@ -345,7 +370,7 @@ class Bench:
         say("settling")
         await settle(redis, keys)
         memory_start, finished_before = await memory_now(redis), len(self.tracker.ended)
-        missed_before = self.tracker.missed
+        missed_before, filled_before = self.tracker.missed, self.tracker.filled
         self.load.replacing = True
         await self.load.create(self.load.target)
         warmup = min(WARMUP_S, self.seconds / 2)
@@ -365,6 +390,7 @@ class Bench:
         memory = await self._memory(say, memory_start, finished_before)
         row = self._row(config, window, memory, spectator, loadavg)
         row["feed_events_missed"] = self.tracker.missed - missed_before
+        row["feed_events_filled"] = self.tracker.filled - filled_before
         # where the wall time went: starting processes, warm-up and window, the memory phase
         row["wall_s"] = {
             "start": round(started - begun, 1),
@@ -852,11 +878,17 @@ def print_load_table(rows: Sequence[dict[str, Any]]) -> None:
         " clients' buffers, live games"
         " paused (bots stopped) half-way. conflicts: the engines' appends that lost a race.",
     ]
-    behind = [r["name"] for r in configs if r.get("feed_events_missed")]
+    behind = [r["name"] for r in configs if r.get("feed_events_filled")]
     if behind:
         notes.append(
             f"this client fell behind the feeds ({', '.join(behind)}): some events were trimmed"
-            " before it read them, so those rows undercount moves and games"
+            " before it read them, and it read them from the games' logs"
+        )
+    lost = [r["name"] for r in configs if r.get("feed_events_missed")]
+    if lost:
+        notes.append(
+            f"some events were neither on a feed nor in a log when read ({', '.join(lost)}):"
+            " those rows undercount moves and games"
         )
     for line in (*notes, *interpretation(rows)):
         console.print(line, highlight=False, markup=False, soft_wrap=True)

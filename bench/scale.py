@@ -80,7 +80,7 @@ from bench.cluster import (
 )
 from bench.fleet import Fleet, Service
 from bench.gateway import KeepAlive, address_of
-from bench.load import Tracker, engine_counts, group_lag, parse_counts
+from bench.load import Tracker, engine_counts, group_lag, parse_counts, take
 from bench.measure import cpu_seconds, quantile, raise_open_files
 from engine import State, load_game
 from schemas.codec import FIELD_BYTES, unpack
@@ -928,14 +928,14 @@ class Feeds:
                     last = entry_id
                     data = fields.get(FIELD_BYTES)
                     if data is not None:
-                        self._event(p, id_ms(entry_id), unpack(data))
+                        await self._event(p, id_ms(entry_id), unpack(data))
 
-    def _event(self, p: int, ms: int, ev: dict[str, Any]) -> None:
+    async def _event(self, p: int, ms: int, ev: dict[str, Any]) -> None:
         if ev["type"] == "move_played":
             self.last_move_ms[p] = ms
             if self.since is not None and ms > self.since:
                 self.first_after.setdefault(p, ms)
-        if self.tracker.event(ms, ev) is not None:
+        if await take(self.redis, self.keys, self.tracker, ms, ev) is not None:
             self.load.ended(str(ev["game_id"]))
 
 
@@ -1062,6 +1062,7 @@ class Run:
             },
             "outcomes": dict(load.outcomes),
             "feed_events_missed": tracker.missed,
+            "feed_events_filled": tracker.filled,
         }
 
     async def _kill(

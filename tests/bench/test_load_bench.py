@@ -15,11 +15,17 @@ from collections.abc import Callable
 
 import pytest
 import redis as redis_sync
+import redis.asyncio as aioredis
 
 from bench.fleet import Fleet
-from bench.load import GROUPS, print_load_table, run_load_bench
+from bench.load import BOT, GROUPS, Tracker, print_load_table, run_load_bench, take
+from schemas.codec import FIELD_BYTES, unpack
 from services.bus.embedded import EmbeddedRedis
+from services.bus.keys import Keys
+from services.bus.text import id_ms
 from services.cli import main as agon
+from services.cli.pipeline import create_games
+from services.engine_service import EngineService
 from tests.support.procs import processes_with
 
 
@@ -64,6 +70,27 @@ def test_a_tiny_load_test_runs_end_to_end_with_sane_figures(
     assert "random against random" in out and "consumer groups: lag" in out
     assert "compete with Redis" in out and "1 gateway: spectators p99" in out
     assert "KiB per live game" in out and "Conflicts per 1,000 moves" in out
+
+
+async def test_what_a_feed_lost_before_the_load_test_read_it_is_read_from_the_log(
+    redis: aioredis.Redis, namespace: str
+) -> None:
+    """The services trim what their groups acknowledged; a load test that lags behind them
+    finds a game's feed starting past its first events. It reads those from the game's log
+    (each counted as filled), so its rows count every move."""
+    keys = Keys(prefix=namespace, partitions=1)
+    ids = await create_games(redis, keys, [("teeko", {})], 2, [BOT, BOT])
+    await EngineService(redis, keys).drain()
+    rows = await redis.xrange(keys.feed(0))
+    assert len(rows) == 8  # created, two seats, started: per game
+    await redis.xtrim(
+        keys.feed(0), minid=rows[3][0], approximate=False
+    )  # the first game's first three went
+    tracker = Tracker()
+    for entry_id, fields in await redis.xrange(keys.feed(0)):
+        await take(redis, keys, tracker, id_ms(entry_id), unpack(fields[FIELD_BYTES]))
+    assert (tracker.filled, tracker.missed) == (3, 0)
+    assert {g: head for g, (head, _) in tracker.heads.items()} == dict.fromkeys(ids, 4)
 
 
 def test_every_process_stops_on_ctrl_c_even_a_paused_one(
