@@ -599,14 +599,15 @@ class Testbed:
     def cpu_s(self) -> list[float]:
         return [h.cpu_s() if h.alive else 0.0 for h in self.hosts]
 
-    def cpu_by_kind(self) -> dict[str, float]:
-        """CPU seconds so far per kind of process, summed over the live hosts."""
-        used: dict[str, float] = {}
+    def cpu_by_kind(self) -> list[dict[str, float]]:
+        """CPU seconds so far per kind of process, per host (none for a dead one)."""
+        out: list[dict[str, float]] = []
         for host in self.hosts:
-            if host.alive:
-                for kind, pid in host.processes():
-                    used[kind] = used.get(kind, 0.0) + (cpu_seconds(pid) or 0.0)
-        return used
+            used: dict[str, float] = {}
+            for kind, pid in host.processes() if host.alive else ():
+                used[kind] = used.get(kind, 0.0) + (cpu_seconds(pid) or 0.0)
+            out.append(used)
+        return out
 
     def throttled_s(self) -> list[float]:
         return [h.group.throttled_s() if h.group and h.alive else 0.0 for h in self.hosts]
@@ -1027,7 +1028,10 @@ class Run:
         cpu = [(b - a) / wall for a, b in zip(cpu, bed.cpu_s(), strict=True)]
         throttled = [(b - a) / wall for a, b in zip(throttled, bed.throttled_s(), strict=True)]
         ops = bed.commands() - ops
-        kinds = {k: v - kinds.get(k, 0.0) for k, v in bed.cpu_by_kind().items()}
+        by_host = [
+            {k: (v - was.get(k, 0.0)) / wall for k, v in now.items()}
+            for was, now in zip(kinds, bed.cpu_by_kind(), strict=True)
+        ]
         counts = await engine_counts(redis, keys) - counts
         moves = [(ms, lat) for ms, lat in tracker.moves if t0 <= ms < t1]
         latencies = [float(lat) for _, lat in moves]
@@ -1052,7 +1056,12 @@ class Run:
             "host_cpu_cores": [round(c, 3) for c in cpu],
             "host_throttled": [round(t, 3) for t in throttled],
             # cores per kind of process, summed over the hosts (engine, ..., redis master)
-            "cpu_by_kind": {k: round(v / wall, 3) for k, v in sorted(kinds.items())},
+            "cpu_by_kind": {
+                k: round(sum(h.get(k, 0.0) for h in by_host), 3)
+                for k in sorted({k for h in by_host for k in h})
+            },
+            # the same per host: where one host's share of the work is larger
+            "cpu_by_host": [{k: round(v, 3) for k, v in sorted(h.items())} for h in by_host],
             "loadgen_cores": round((time.process_time() - mine) / wall, 3),
             "load_average_before": loadavg,
             "people": {
