@@ -78,7 +78,7 @@ from services.bus.consumer import ConsumerOptions, ConsumerSettings, StreamConsu
 from services.bus.delivery import HELD, TOOK
 from services.bus.keys import DISPATCHER_GROUP, FEED_GROUPS, Keys
 from services.bus.reader import Entry
-from services.bus.scripts import Call, Command, Script, each_confirmed, run_replicated
+from services.bus.scripts import Call, Script, each_confirmed
 from services.bus.secret import shared_secret
 from services.bus.stuck import abandoned_games, stuck_games
 from services.bus.text import as_text, now_ms
@@ -134,6 +134,19 @@ for i = 2, #ARGV, 2 do
   end
 end
 return 0
+"""
+)
+
+# One inbox's turn requests of a batch (on a cluster, where they cannot ride with the
+# partition's clocks): in one call, so that Redis hands them to one blocked worker together
+# (one XADD each would wake a worker for each, every worker's batch one turn). KEYS: the
+# inbox. ARGV: its maxlen, the field, then the entries. Answers how many went in.
+_TURNS = Script(
+    """
+for i = 3, #ARGV do
+  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', ARGV[2], ARGV[i])
+end
+return #ARGV - 2
 """
 )
 
@@ -345,7 +358,8 @@ class Dispatcher(StreamConsumer):
         `SENDS_PER_CALL` writes a call). On a cluster an inbox is in its bot's hash slot,
         which no script of the partition may name: each partition's clocks go first
         (`_CLOCKS`), then the turns of those whose fence held, a second round trip (which
-        also means a worker taking a turn always finds its clock to start)."""
+        also means a worker taking a turn always finds its clock to start); one call an
+        inbox (`_TURNS`)."""
         parts = [p for p, w in writes.items() if w.clocks or w.turns]
         if not parts:
             return set()
@@ -374,10 +388,17 @@ class Dispatcher(StreamConsumer):
                 refused.add(p)
         turns = [(p, t) for p in parts if p not in refused | away for t in writes[p].turns]
         if turns and is_cluster(self.redis):
-            written = await self._write(
-                [(inbox, _xadd(inbox, entry)) for _, (inbox, entry) in turns]
-            )
-            away.update(p for (p, _), ok in zip(turns, written, strict=True) if not ok)
+            by_inbox: dict[str, list[tuple[int, bytes]]] = {}
+            for p, (inbox, entry) in turns:
+                by_inbox.setdefault(inbox, []).append((p, entry))
+            calls = [
+                ([inbox], [INBOX_MAXLEN, FIELD, *(entry for _, entry in sent)])
+                for inbox, sent in by_inbox.items()
+            ]
+            answers = await self._run(_TURNS, calls, "turn requests")
+            for sent, answer in zip(by_inbox.values(), answers, strict=True):
+                if isinstance(answer, Exception):
+                    away.update(p for p, _ in sent)
         self.turns_sent += sum(p not in away for p, _ in turns)
         self._away(away)
         return refused | away
@@ -439,20 +460,6 @@ class Dispatcher(StreamConsumer):
             self.redis, calls, self.replicas, self.replica_timeout_ms
         )
         return each_confirmed(replicated, f"{what} lack {self.replicas} replicas")
-
-    async def _write(self, writes: list[Command]) -> list[bool]:
-        """Send the commands; whether each went through (with `replicas`, confirmed)."""
-        if not self.replicas:
-            pipe = self.redis.pipeline(transaction=False)
-            for _, words in writes:
-                pipe.execute_command(*words)
-            answers = [(a, True) for a in await pipe.execute(raise_on_error=False)]
-        else:
-            answers = await run_replicated(
-                self.redis, writes, self.replicas, self.replica_timeout_ms
-            )
-        short = f"turn requests lack {self.replicas} replicas"
-        return [not isinstance(a, Exception) for a in each_confirmed(answers, short)]
 
     async def _accepted(self, p: int, writes: Writes) -> bool:
         """Send one partition's writes (`_send`): whether the fence let them through."""
@@ -823,11 +830,6 @@ class Dispatcher(StreamConsumer):
         if bot not in served:
             served[bot] = (await self.query.bot_health(bot)).workers > 0
         return served[bot]
-
-
-def _xadd(inbox: str, entry: bytes) -> tuple[Any, ...]:
-    """The command that puts a turn request `entry` in `inbox`."""
-    return ("XADD", inbox, "MAXLEN", "~", INBOX_MAXLEN, "*", FIELD, entry)
 
 
 def _clock_member(member: str, score: int) -> tuple[str, int, str, int]:

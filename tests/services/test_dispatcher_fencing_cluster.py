@@ -5,15 +5,15 @@ The cluster counterpart of `test_dispatcher_fencing`. On a single server a batch
 clock writes and its turn requests go out in one script (`_SEND`). On a cluster a bot's
 inbox is in the bot's own hash slot, which no script of the partition may name: the
 dispatcher runs each partition's fenced clock script (`_CLOCKS`, `_CLAIM`) first, and then
-sends the turn requests (a second round trip, plain XADDs) only of the partitions whose
-fence held. The attack is the same: dispatcher A holds partition p, stalls past its lease
-and B takes p; A wakes up with the feed entries it had read, or a clock it saw come due,
-and writes as if p were still its own. Its clock writes are refused by the scripts, and
-its turn requests must then never be sent, though nothing on the inbox's master could
-refuse them; its other partitions' writes go on. B's writes go through.
+sends the turn requests (a second round trip, one script call an inbox) only of the
+partitions whose fence held. The attack is the same: dispatcher A holds partition p, stalls
+past its lease and B takes p; A wakes up with the feed entries it had read, or a clock it
+saw come due, and writes as if p were still its own. Its clock writes are refused by the
+scripts, and its turn requests must then never be sent, though nothing on the inbox's
+master could refuse them; its other partitions' writes go on. B's writes go through.
 
 The single-server module's tests run here as they are, on the cluster (this module's
-`redis` and `keys`); two more show what only the cluster path does.
+`redis` and `keys`); three more show what only the cluster path does.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ import pytest
 
 from schemas.codec import FIELD_BYTES, decode_turn
 from services.bus.connection import AgonCluster, connect, is_cluster
-from services.bus.keys import DISPATCHER_GROUP, Keys
+from services.bus.keys import DISPATCHER_GROUP, WORKERS_GROUP, Keys
 from services.bus.ownership import Ownership
+from services.bus.reader import ensure_group
 from services.bus.stuck import STUCK_AFTER_MS
 from services.bus.text import as_text, now_ms
 from services.cli.pipeline import create_games
@@ -133,6 +134,34 @@ async def test_only_the_lost_partitions_turns_are_held_back(redis: AgonCluster, 
     for p in parts(keys, gids):
         left = [e for e in entries if e.stream == keys.feed(p)] if p in b_share else []
         assert (await redis.xpending(keys.feed(p), DISPATCHER_GROUP))["pending"] == len(left)
+
+
+async def test_a_batch_hands_its_turns_to_one_waiting_worker_together(
+    redis: AgonCluster, keys: Keys
+) -> None:
+    """A batch's turns for one inbox go in with one call, so Redis hands them all to the
+    first worker waiting there. With an XADD each, each woke a worker of its own: with
+    eight workers on one inbox every worker's batch was a turn, and so was each reply's
+    round trip to every master."""
+    gids = await bot_games(redis, keys, 6, run_id="together")
+    await ensure_group(redis, keys.bot_turns(BOT), WORKERS_GROUP)
+    waiting = [
+        asyncio.ensure_future(
+            redis.xreadgroup(WORKERS_GROUP, f"w{i}", {keys.bot_turns(BOT): ">"}, block=5000)
+        )
+        for i in range(2)
+    ]
+    await asyncio.sleep(0.3)  # both wait
+    d = await dispatcher(redis, keys, "dispatcher-a")
+    await d.process(await d.reader.read(None))
+    done, still = await asyncio.wait(waiting, timeout=5, return_when=asyncio.FIRST_COMPLETED)
+    for task in still:
+        task.cancel()
+    await asyncio.gather(*still, return_exceptions=True)
+    batches = [
+        [decode_turn(f[FIELD_BYTES]).game_id for _, f in task.result()[0][1]] for task in done
+    ]
+    assert len(batches) == 1 and sorted(batches[0]) == sorted(gids)
 
 
 async def test_a_repair_by_a_dispatcher_paused_past_its_lease_hands_out_no_turn(
