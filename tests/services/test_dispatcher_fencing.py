@@ -28,6 +28,7 @@ from services.cli.pipeline import create_games
 from services.dispatcher import TIMEOUT_GRACE_MS, Dispatcher
 from services.engine_service import EngineService
 from services.projector import Projector
+from tests.support.faults import hold_share
 
 SECRET = b"fencing-test-secret"
 #: Nobody serves this bot: its inbox shows every turn handed out.
@@ -62,7 +63,7 @@ async def dispatcher(
     d = Dispatcher(redis, keys, secret=SECRET, consumer=name, clock=clock)
     d.ownership = Ownership(redis, keys, d.role, name, lease_ms=lease_ms)
     await beat(redis, keys, name, d.role, DISPATCHER_GROUP)
-    await d.ownership.round()
+    await hold_share(d.ownership)
     await d.setup()
     return d
 

@@ -52,6 +52,7 @@ from services.projector import (
 )
 from services.projector.rebuild import _start, rebuild_write
 from tests.conftest import PrimaryAndReplica
+from tests.support.faults import hold_share
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = Keys()
@@ -545,13 +546,13 @@ async def test_a_projector_paused_past_its_lease_writes_nothing_after_it_resumes
     events = await redis.xlen(feed)
     old = Projector(redis, KEYS)
     old.ownership = Ownership(redis, KEYS, Projector.role, old.reader.consumer, lease_ms=200)
-    await old.ownership.round()
+    await hold_share(old.ownership)
     epoch = old.ownership.epoch(p)
     assert epoch > 0
     await asyncio.sleep(0.3)  # A's lease lapses while it sleeps
     new = Projector(redis, KEYS)
     new.ownership = Ownership(redis, KEYS, Projector.role, new.reader.consumer)
-    await new.ownership.round()
+    await hold_share(new.ownership)
     assert new.ownership.epoch(p) == epoch + 1
     assert await old.drain() == events
     assert await snapshot(redis, KEYS) == {}, "a fenced projector wrote read models"

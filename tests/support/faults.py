@@ -36,6 +36,7 @@ from services.bus.keys import (
     WORKERS_GROUP,
     Keys,
 )
+from services.bus.ownership import Ownership
 from services.bus.text import as_text, now_ms
 from services.gamelog.fold import fold
 
@@ -267,6 +268,15 @@ async def _groups_behind(redis: Client, keys: Keys) -> list[str]:
                     pending = info["pending"]
                     behind.append(f"{stream} {group}: {pending} pending, {delivered}/{last}")
     return behind
+
+
+async def hold_share(ownership: Ownership, within_s: float = 10.0) -> None:
+    """Take rounds until `ownership` holds its whole share, as a running member does a round
+    every 0.25 s: on a loaded machine one round may take nothing (each master's takes get
+    `NODE_WAIT_S`, and the first one there loads the script too)."""
+    async with asyncio.timeout(within_s):
+        while set(ownership.owned) != ownership.desired(await ownership.members()):
+            await ownership.round()
 
 
 async def beating(redis: Client, keys: Keys, within_ms: int) -> set[str]:
