@@ -36,6 +36,7 @@ their partitions and Redis Cluster's masters their slots:
 from __future__ import annotations
 
 import asyncio
+import logging
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,8 @@ from services.bus.keys import Keys
 from services.bus.presence import Sight, alive, ask_each, beat_keys, beats_of, newest
 from services.bus.scripts import UNANSWERED, Call, Script
 from services.bus.text import now_ms
+
+log = logging.getLogger("agon.bus")
 
 #: A round that cannot read the beats within `BEATS_WAIT_S` goes on with the members it
 #: knew, and a master that does not answer its leases within `NODE_WAIT_S` holds back none
@@ -145,6 +148,8 @@ class Ownership:
         self.due_s: float | None = None
         self.sight = Sight()
         self._members: list[str] | None = None
+        #: what `_tell_waiting` last said
+        self._waiting: list[tuple[str, tuple[int, ...]]] = []
         #: when each lease held was last renewed (or taken), on the event loop's clock
         self._renewed: dict[int, float] = {}
 
@@ -207,14 +212,18 @@ class Ownership:
             self._take(taking),
         )
         due_ms: int | None = None
+        waiting: dict[str, list[int]] = {}  # why, and the partitions wanted and not taken
         for p, answer in zip([*renewing, *taking], [*renewed, *took], strict=True):
             if isinstance(answer, UNANSWERED):
+                if p not in self.owned:
+                    waiting.setdefault(str(answer) or type(answer).__name__, []).append(p)
                 continue  # its master is away: what is held stays held (its epoch fences it)
             if isinstance(answer, Exception):
                 raise answer
             epoch, held = max(0, int(answer)), self.owned.get(p)
             if int(answer) < 0:  # another member holds it, this long yet
                 due_ms = min(-int(answer), due_ms if due_ms is not None else -int(answer))
+                waiting.setdefault("another member's lease has not lapsed", []).append(p)
             if epoch and held is None:
                 change.taken.append(p)
             elif held is not None and epoch != held:
@@ -227,7 +236,17 @@ class Ownership:
                 self.owned.pop(p, None)
         self.moves += len(change.taken) + len(change.lost)
         self.due_s = None if due_ms is None else (due_ms + DUE_MARGIN_MS) / 1000
+        self._tell_waiting(waiting)
         return change
+
+    def _tell_waiting(self, waiting: dict[str, list[int]]) -> None:
+        """Say which partitions of its share this member could not take, and why, when that
+        changed since it last said so (a handover or a failover; a line per change)."""
+        told = sorted((why, tuple(ps)) for why, ps in waiting.items())
+        if told != self._waiting and told:
+            reasons = "; ".join(f"{list(ps)}: {why[:100]}" for why, ps in told)
+            log.info("%s: partitions of its share not taken yet: %s", self.member, reasons)
+        self._waiting = told
 
     def lose(self, p: int, epoch: int) -> bool:
         """Forget `p`: a write under `epoch` was refused, another member holds it now. A

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 
+import pytest
 import redis.asyncio as aioredis
 
 from schemas.codec import encode
@@ -73,6 +75,32 @@ async def test_two_members_split_the_partitions_and_a_third_takes_only_its_share
     for p, epoch in {**a.owned, **b.owned}.items():
         assert before[p] == epoch, f"partition {p} changed hands without a reason"
     assert all(epoch == before[p] + 1 for p, epoch in c.owned.items())
+
+
+async def test_a_member_says_once_which_partitions_of_its_share_it_could_not_take_and_why(
+    redis: aioredis.Redis, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What a handover or a failover waits on shows in the log (`-v`): a line when the
+    partitions a member wants and could not take, or the reason, change; none while they
+    stay the same, whatever the rounds."""
+    keys = Keys(prefix=namespace)
+    (a,) = await members(redis, keys, "engine-a")
+    await a.round()  # alone, a holds every partition
+    (b,) = await members(redis, keys, "engine-b")
+    caplog.set_level(logging.INFO, logger="agon.bus")
+    await b.round()
+    await b.round()
+    wanted = sorted(b.desired(await b.members()))
+    told = [r.getMessage() for r in caplog.records if "not taken yet" in r.getMessage()]
+    assert told == [
+        f"engine-b: partitions of its share not taken yet: {wanted}: another member's lease"
+        " has not lapsed"
+    ]
+    caplog.clear()
+    await a.round()  # a gives up b's share
+    await b.round()
+    assert set(b.owned) == set(wanted)
+    assert not [r for r in caplog.records if "not taken yet" in r.getMessage()]
 
 
 async def test_a_dead_members_partitions_move_within_two_seconds(
