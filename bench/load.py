@@ -71,7 +71,7 @@ from bench.fleet import Fleet, Service, delete_keys
 from bench.measure import CpuMeter, quantile, raise_open_files, spectate
 from schemas.codec import FIELD_BYTES, unpack
 from schemas.commands import CreateGame, SeatSpec
-from services.bus.clients import CommandClient, QueryClient, log_entries
+from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import TRANSIENT_ERRORS, Client, RedisUnavailable, connect, is_cluster
 from services.bus.embedded import RedisServerError, redis_url_or_embedded
 from services.bus.keys import ENGINE_GROUP, FEED_GROUPS, WORKERS_GROUP, Keys
@@ -223,8 +223,9 @@ async def take(
     gap = tracker.missing(ev)
     if gap:
         with contextlib.suppress(*TRANSIENT_ERRORS):  # a failover: counted as missed
-            rows = await redis.xrange(keys.log(str(ev["game_id"])), gap.start, gap.stop - 1)
-            for entry in log_entries(rows):
+            for entry in await QueryClient(redis, keys).log(str(ev["game_id"]), gap.start):
+                if entry.seq not in gap:
+                    break
                 earlier = unpack(entry.data)
                 tracker.event(int(earlier["time"]), earlier)
                 tracker.filled += 1

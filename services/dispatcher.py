@@ -391,12 +391,18 @@ class Dispatcher(StreamConsumer):
             by_inbox: dict[str, list[tuple[int, bytes]]] = {}
             for p, (inbox, entry) in turns:
                 by_inbox.setdefault(inbox, []).append((p, entry))
+            # `SENDS_PER_CALL` turns a call, as `_SEND` takes them: none stalls the server long
+            sends = [
+                (inbox, sent[i : i + SENDS_PER_CALL])
+                for inbox, sent in by_inbox.items()
+                for i in range(0, len(sent), SENDS_PER_CALL)
+            ]
             calls = [
                 ([inbox], [INBOX_MAXLEN, FIELD, *(entry for _, entry in sent)])
-                for inbox, sent in by_inbox.items()
+                for inbox, sent in sends
             ]
             answers = await self._run(_TURNS, calls, "turn requests")
-            for sent, answer in zip(by_inbox.values(), answers, strict=True):
+            for (_, sent), answer in zip(sends, answers, strict=True):
                 if isinstance(answer, Exception):
                     away.update(p for p, _ in sent)
         self.turns_sent += sum(p not in away for p, _ in turns)

@@ -13,7 +13,7 @@ scripts, and its turn requests must then never be sent, though nothing on the in
 master could refuse them; its other partitions' writes go on. B's writes go through.
 
 The single-server module's tests run here as they are, on the cluster (this module's
-`redis` and `keys`); three more show what only the cluster path does.
+`redis` and `keys`); four more show what only the cluster path does.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from schemas.codec import FIELD_BYTES, decode_turn
+from services import dispatcher as dispatcher_module
 from services.bus.connection import AgonCluster, connect, is_cluster
 from services.bus.keys import DISPATCHER_GROUP, WORKERS_GROUP, Keys
 from services.bus.ownership import Ownership
@@ -136,14 +137,9 @@ async def test_only_the_lost_partitions_turns_are_held_back(redis: AgonCluster, 
         assert (await redis.xpending(keys.feed(p), DISPATCHER_GROUP))["pending"] == len(left)
 
 
-async def test_a_batch_hands_its_turns_to_one_waiting_worker_together(
-    redis: AgonCluster, keys: Keys
-) -> None:
-    """A batch's turns for one inbox go in with one call, so Redis hands them all to the
-    first worker waiting there. With an XADD each, each woke a worker of its own: with
-    eight workers on one inbox every worker's batch was a turn, and so was each reply's
-    round trip to every master."""
-    gids = await bot_games(redis, keys, 6, run_id="together")
+async def batches_taken(redis: AgonCluster, keys: Keys, gids: list[str]) -> list[list[str]]:
+    """The games of the turns that each of two workers waiting on the inbox took, once a
+    dispatcher handed out the turns of `gids` in one batch (a worker that took none: none)."""
     await ensure_group(redis, keys.bot_turns(BOT), WORKERS_GROUP)
     waiting = [
         asyncio.ensure_future(
@@ -154,14 +150,39 @@ async def test_a_batch_hands_its_turns_to_one_waiting_worker_together(
     await asyncio.sleep(0.3)  # both wait
     d = await dispatcher(redis, keys, "dispatcher-a")
     await d.process(await d.reader.read(None))
-    done, still = await asyncio.wait(waiting, timeout=5, return_when=asyncio.FIRST_COMPLETED)
-    for task in still:
+    await asyncio.wait(waiting, timeout=min(5, 0.5 * len(gids)))
+    for task in waiting:
         task.cancel()
-    await asyncio.gather(*still, return_exceptions=True)
-    batches = [
-        [decode_turn(f[FIELD_BYTES]).game_id for _, f in task.result()[0][1]] for task in done
+    await asyncio.gather(*waiting, return_exceptions=True)
+    return [
+        [decode_turn(f[FIELD_BYTES]).game_id for _, f in task.result()[0][1]]
+        for task in waiting
+        if not task.cancelled()
     ]
+
+
+async def test_a_batch_hands_its_turns_to_one_waiting_worker_together(
+    redis: AgonCluster, keys: Keys
+) -> None:
+    """A batch's turns for one inbox go in with one call, so Redis hands them all to the
+    first worker waiting there. With an XADD each, each woke a worker of its own: with
+    eight workers on one inbox every worker's batch was a turn, and so was each reply's
+    round trip to every master."""
+    gids = await bot_games(redis, keys, 6, run_id="together")
+    batches = await batches_taken(redis, keys, gids)
     assert len(batches) == 1 and sorted(batches[0]) == sorted(gids)
+
+
+async def test_a_call_holds_at_most_sends_per_call_turns(
+    redis: AgonCluster, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As on a single server (`_SEND`), one script call puts at most `SENDS_PER_CALL` turns
+    in an inbox: a call of a thousand would hold the server up that long."""
+    monkeypatch.setattr(dispatcher_module, "SENDS_PER_CALL", 4)
+    gids = await bot_games(redis, keys, 6, run_id="chunked")
+    batches = await batches_taken(redis, keys, gids)
+    assert sorted(map(len, batches)) == [2, 4]
+    assert sorted(g for b in batches for g in b) == sorted(gids)
 
 
 async def test_a_repair_by_a_dispatcher_paused_past_its_lease_hands_out_no_turn(
