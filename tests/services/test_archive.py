@@ -380,7 +380,7 @@ async def test_memory_of_finished_games_before_and_after(
     server: EmbeddedRedis = redis_server_factory()
     redis = await connect(server.url)
     keys = Keys()
-    n = 32
+    n = 64
     where = Archive(tmp_path)
     try:
         await play_and_settle(redis, keys, 4)
@@ -402,7 +402,10 @@ async def test_memory_of_finished_games_before_and_after(
             f" on disk {stats.bytes_written / n:.0f} B (gzip); {n / stats.seconds:.0f} games/s"
         )
         assert data_after < 0.05 * data_before and data_after < 1024
-        assert used_after < 0.1 * used_before
+        # INFO's figure moves by up to about 100 KB between samples that hold the same keys
+        # (in CI once 58 KB above what the keys held), whatever the number of games: a
+        # looser bound on it, over games enough that the swing is a small part of them.
+        assert used_after < 0.25 * used_before
         # The command's estimate is what went: MEMORY USAGE of the game's own keys.
         assert 0.8 * (data_before - data_after) < stats.redis_bytes / n <= data_before
         assert stats.bytes_written < 0.25 * stats.redis_bytes
