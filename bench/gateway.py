@@ -1037,6 +1037,7 @@ async def _services(url: str, prefix: str) -> None:
 
 
 async def _gateway(url: str, prefix: str, host: str, port: int) -> None:
+    from services.bus.consumer import consumer_name
     from services.bus.quotas import Quota
     from services.engine_service import settle_heap
     from services.gateway import GatewaySettings
@@ -1048,7 +1049,9 @@ async def _gateway(url: str, prefix: str, host: str, port: int) -> None:
     settings = GatewaySettings(
         redis_url=url,
         keys=Keys(prefix=prefix),
-        name="bench-gateway",
+        # Each its own name, as `agon up` gives one: the name is its reply stream's and its
+        # beat's, and gateways sharing one each read and drop all of the others' replies.
+        name=consumer_name("bench-gateway"),
         rate_per_s=1e9,
         burst=1_000_000_000,
         max_connections_per_address=0,

@@ -13,6 +13,8 @@ cpu controller); no figure is held to a speed, since the machine is shared.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import os
 import signal
@@ -20,12 +22,16 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+import redis as redis_sync
 
 from bench.cluster import TOTAL_SLOTS, slot_ranges
+from bench.fleet import Fleet
 from bench.scale import (
     CGROUP,
     CPU_ROOT,
@@ -39,6 +45,8 @@ from bench.scale import (
     run_scale_bench,
     with_efficiency,
 )
+from schemas.codec import FIELD_BYTES, unpack
+from services.bus.embedded import EmbeddedRedis
 from services.bus.keys import Keys
 from services.cli import main as agon
 from tests.support.procs import processes_with
@@ -55,6 +63,37 @@ def assert_nothing_left() -> None:
     assert our_namespaces() == [] and our_links() == []
     assert not (CPU_ROOT / CGROUP).exists() and not (CPUACCT_ROOT / CGROUP).exists()
     assert processes_with(f"{SUBNET}.") == []
+
+
+def test_the_hosts_gateways_each_read_a_reply_stream_of_their_own(
+    redis_server_factory: Callable[..., EmbeddedRedis],
+) -> None:
+    """The harness runs a `bench.gateway` on each host. Under one shared name they shared one
+    reply stream: each gateway read, decoded and dropped every other's replies, so that a
+    gateway's CPU a move grew with the hosts. Each command a gateway sends names its own."""
+    server = redis_server_factory()
+    keys = Keys(prefix="names")
+
+    async def create(url: str) -> None:
+        body = {"game": "teeko", "seats": [{"bot": "random"}, {"bot": "random"}]}
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0)) as http:
+            # No engine runs here: the command is sent, its reply never comes.
+            with contextlib.suppress(TimeoutError):
+                await http.post(f"{url}/api/games", json=body)
+
+    with Fleet(server.url, keys.prefix, name="names") as fleet:
+        gateways = [fleet.start("gateway", module="bench.gateway") for _ in range(2)]
+        fleet.wait_ready(gateways)
+        for gateway in gateways:
+            asyncio.run(create(gateway.url))
+    redis = redis_sync.Redis.from_url(server.url)
+    sent = [
+        unpack(fields[FIELD_BYTES])
+        for p in keys.all_partitions()
+        for _, fields in redis.xrange(keys.commands(p))
+    ]
+    assert len(sent) == 2
+    assert len({c["reply_to"] for c in sent}) == 2, [c["reply_to"] for c in sent]
 
 
 def test_listen_ports_are_distinct_free_and_never_ephemeral() -> None:
