@@ -74,26 +74,33 @@ def test_the_hosts_gateways_each_read_a_reply_stream_of_their_own(
     server = redis_server_factory()
     keys = Keys(prefix="names")
 
+    def sent(redis: redis_sync.Redis) -> list[dict[str, Any]]:
+        return [
+            unpack(fields[FIELD_BYTES])
+            for p in keys.all_partitions()
+            for _, fields in redis.xrange(keys.commands(p))
+        ]
+
     async def create(url: str) -> None:
         body = {"game": "teeko", "seats": [{"bot": "random"}, {"bot": "random"}]}
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0)) as http:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0)) as http:
             # No engine runs here: the command is sent, its reply never comes.
             with contextlib.suppress(TimeoutError):
                 await http.post(f"{url}/api/games", json=body)
 
-    with Fleet(server.url, keys.prefix, name="names") as fleet:
+    with (
+        Fleet(server.url, keys.prefix, name="names") as fleet,
+        redis_sync.Redis.from_url(server.url) as redis,
+    ):
         gateways = [fleet.start("gateway", module="bench.gateway") for _ in range(2)]
         fleet.wait_ready(gateways)
         for gateway in gateways:
             asyncio.run(create(gateway.url))
-    redis = redis_sync.Redis.from_url(server.url)
-    sent = [
-        unpack(fields[FIELD_BYTES])
-        for p in keys.all_partitions()
-        for _, fields in redis.xrange(keys.commands(p))
-    ]
-    assert len(sent) == 2
-    assert len({c["reply_to"] for c in sent}) == 2, [c["reply_to"] for c in sent]
+        deadline = time.monotonic() + 10.0
+        while len(commands := sent(redis)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert len(commands) >= 2  # (a command unanswered for 10 s is sent again)
+    assert len({c["reply_to"] for c in commands}) == 2, [c["reply_to"] for c in commands]
 
 
 def test_listen_ports_are_distinct_free_and_never_ephemeral() -> None:
