@@ -91,6 +91,7 @@ class Fleet:
         name: str = "fleet",
         ready_timeout_s: float = READY_TIMEOUT_S,
         stop_timeout_s: float = STOP_TIMEOUT_S,
+        root: Path | None = None,
     ) -> None:
         self.url = url
         self.prefix = prefix
@@ -98,7 +99,8 @@ class Fleet:
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.ready_timeout_s = ready_timeout_s
         self.stop_timeout_s = stop_timeout_s
-        self.dir = Path(tempfile.mkdtemp(prefix=f"agon-{name}-"))
+        #: the processes' logs, in `root` when given (else the system's temporary directory)
+        self.dir = Path(tempfile.mkdtemp(prefix=f"agon-{name}-", dir=root))
         self.running: list[Service] = []
         #: every process ever started, so that a caller can check none outlives the run
         self.started: list[Service] = []

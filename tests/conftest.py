@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import tempfile
+import shutil
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +29,7 @@ from services.bus.embedded import EmbeddedRedis
 from services.bus.keys import Keys
 from services.cli.arena import ARENA_ENV
 from tests.support.gateway import Arena, running_arena
+from tests.support.procs import SESSION_DIR
 
 #: Databases on the session server: one per test; indexes wrap around after this many tests.
 TEST_DATABASES = 4096
@@ -37,7 +38,7 @@ SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 #: The commands under test never find an arena `make run` runs on this machine (set before
 #: any test module copies the environment).
-os.environ[ARENA_ENV] = os.path.join(tempfile.mkdtemp(prefix="agon-arena-"), "arena.json")
+os.environ[ARENA_ENV] = str(SESSION_DIR / "arena.json")
 
 _db_counter = itertools.count(1)
 _namespace_counter = itertools.count(1)
@@ -193,11 +194,22 @@ async def client(arena: Arena) -> TestClient:
     return await arena.gateway()
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Remove what the session left on disk, unless a test failed: then its processes' logs
+    stay, and the summary names where."""
+    if exitstatus == 0:
+        shutil.rmtree(SESSION_DIR, ignore_errors=True)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int) -> None:
     """The fault suite's and the security suite's tables: one line per scenario or attack
-    that ran (tests/support/faults.py, tests/security/attacks.py)."""
+    that ran (tests/support/faults.py, tests/security/attacks.py); after a failure, where
+    the session's processes left their logs."""
     from tests.security.attacks import LINES as ATTACKS
     from tests.support.faults import LINES
+
+    if exitstatus != 0 and SESSION_DIR.exists():
+        terminalreporter.write_line(f"this session's process logs: {SESSION_DIR}")
 
     for title, lines in (("faults: one line per scenario", LINES),
                          ("attacks: one line per attack", ATTACKS)):  # fmt: skip

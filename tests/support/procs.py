@@ -5,17 +5,23 @@ A thin wrap of the benchmarks' fleet (`bench.fleet`) with the tests' habits:
 output in a file and returns once the process says it is ready (the one ready line every
 service logs), unless `wait=False`; a process that does not get ready fails the test with its
 output. `kill(proc)` is SIGKILL: no shutdown work at all. Every process is stopped when the
-block ends, SIGTERM first; the logs stay, for the test to read.
+block ends, SIGTERM first; the logs stay, for the test to read, in `SESSION_DIR` (which the
+tests' session removes when every test passed).
 """
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from bench.fleet import ROOT, Fleet, FleetError
 from bench.fleet import Service as Proc
 
-__all__ = ["ROOT", "Proc", "Processes"]
+__all__ = ["ROOT", "SESSION_DIR", "Proc", "Processes"]
+
+#: What the tests' session leaves on disk (the processes' logs, the arena file): one
+#: directory, removed at the session's end unless a test failed.
+SESSION_DIR = Path(tempfile.mkdtemp(prefix="agon-tests-"))
 
 
 class Processes:
@@ -23,7 +29,9 @@ class Processes:
 
     def __init__(self, url: str, *, ready_timeout_s: float = 60.0) -> None:
         self.url = url
-        self.fleet = Fleet(url, verbose=True, name="procs", ready_timeout_s=ready_timeout_s)
+        self.fleet = Fleet(
+            url, verbose=True, name="procs", ready_timeout_s=ready_timeout_s, root=SESSION_DIR
+        )
 
     @property
     def procs(self) -> list[Proc]:
