@@ -223,9 +223,8 @@ async def take(
     gap = tracker.missing(ev)
     if gap:
         with contextlib.suppress(*TRANSIENT_ERRORS):  # a failover: counted as missed
-            for entry in await QueryClient(redis, keys).log(str(ev["game_id"]), gap.start):
-                if entry.seq not in gap:
-                    break
+            query = QueryClient(redis, keys)
+            for entry in await query.log(str(ev["game_id"]), gap.start, gap.stop - 1):
                 earlier = unpack(entry.data)
                 tracker.event(int(earlier["time"]), earlier)
                 tracker.filled += 1

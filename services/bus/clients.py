@@ -405,9 +405,13 @@ class QueryClient:
             pipe.get(self.keys.view(gid))
         return [None if raw is None else json.loads(raw) for raw in await pipe.execute()]
 
-    async def log(self, game_id: str, from_seq: int = 1) -> list[LogEntry]:
-        """The stored events of a game from `from_seq` on, as bytes with their seqs."""
-        rows: Any = await self.redis.xrange(self.keys.log(game_id), f"{max(from_seq, 1)}-0", "+")
+    async def log(
+        self, game_id: str, from_seq: int = 1, to_seq: int | None = None
+    ) -> list[LogEntry]:
+        """The stored events of a game from `from_seq` on (to `to_seq`, when given), as bytes
+        with their seqs."""
+        end = "+" if to_seq is None else str(to_seq)
+        rows: Any = await self.redis.xrange(self.keys.log(game_id), f"{max(from_seq, 1)}-0", end)
         return log_entries(rows)
 
     async def events(self, game_id: str, from_seq: int = 1) -> list[Event]:
