@@ -192,6 +192,7 @@ class EmbeddedRedis(Server):
                 _RUNNING.add(self)
                 return self.url
             last_error = error
+        self._remove_own_directory()
         raise RedisServerError(f"redis-server did not start: {last_error}")
 
     def _spawn(self) -> str | None:
@@ -262,6 +263,9 @@ class EmbeddedRedis(Server):
         _RUNNING.discard(self)
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
+        self._remove_own_directory()
+
+    def _remove_own_directory(self) -> None:
         if self._own_dir and self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None

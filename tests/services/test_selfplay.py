@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -158,8 +159,18 @@ def test_the_binary_can_be_chosen_and_a_bad_one_is_reported(
 ) -> None:
     monkeypatch.setenv("AGON_REDIS_SERVER", "/bin/false")
     assert find_redis_server() == "/bin/false"
+    made: list[str] = []
+    mkdtemp = tempfile.mkdtemp
+
+    def recorded(**kwargs: str) -> str:
+        made.append(mkdtemp(**kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", recorded)
     with pytest.raises(RedisServerError, match="did not start"):
         EmbeddedRedis().start()
+    # A start that failed leaves no directory behind.
+    assert made and not any(Path(d).exists() for d in made), made
     monkeypatch.delenv("AGON_REDIS_SERVER")
     monkeypatch.setenv("PATH", "/nonexistent")
     try:
