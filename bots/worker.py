@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Unpack
 
 from bots.base import Bot, TurnContext, load_bot
@@ -119,7 +119,10 @@ class BotWorker(StreamConsumer):
                 await self.set_aside(entry, f"{exc.code}: {exc.message}")
         away: set[str] = set()
         requests = [r for _, r in turns]
-        current = await self._delivered(await self._current(requests, away), away)
+        # Turns taken over from a worker that died (or stuck) with them: the bot's clock
+        # starts again, what it lost there being the platform's.
+        again = {r.game_id for e, r in turns if e.taken_over}
+        current = await self._delivered(await self._current(requests, away), away, again)
         loop = asyncio.get_running_loop()
         sent: list[tuple[str, concurrent.futures.Future[None]]] = []
 
@@ -173,15 +176,18 @@ class BotWorker(StreamConsumer):
         if planned is not None:
             OVERHEAD.observe(arrived - planned)
 
-    async def _delivered(self, requests: list[TurnRequest], away: set[str]) -> list[TurnRequest]:
+    async def _delivered(
+        self, requests: list[TurnRequest], away: set[str], again: Collection[str] = ()
+    ) -> list[TurnRequest]:
         """The requests as they reach the bot now: their clocks start (the deadline and
-        stamp given from now), or they are dropped when their clocks were claimed first
-        (or kept for later, in `away`, when their master did not answer)."""
+        stamp given from now; again for the games in `again`), or they are dropped when
+        their clocks were claimed first (or kept for later, in `away`, when their master
+        did not answer)."""
         if self.deliveries is None:
             await self.setup()
         assert self.deliveries is not None
         out = []
-        delivered = await self.deliveries.deliver(requests, away=away)
+        delivered = await self.deliveries.deliver(requests, away=away, again=again)
         for r, d in zip(requests, delivered, strict=True):
             if r.game_id in away:
                 continue

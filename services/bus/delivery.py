@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -46,16 +46,21 @@ LAG_KEPT = 5_000
 
 # Mark a turn's clock delivered (or held) and give the bot's deadline: false if the clock is
 # gone (its game moved on), -1 if it was claimed first (a re-check stands in its place). A
-# second delivery answers the first one's deadline; a held clock starts when its turn is
-# delivered for real. A plain clock set again for a turn already delivered (a dispatcher
-# sending the turn again) goes. KEYS: the clock set. ARGV: the clock member, the deadline
-# to give, "hold" or "".
+# second delivery answers the first one's deadline, unless it is "again" (the platform lost
+# the first: the worker it went to died): then the later of the two; a held clock starts
+# when its turn is delivered for real. A plain clock set again for a turn already delivered
+# (a dispatcher sending the turn again) goes. KEYS: the clock set. ARGV: the clock member,
+# the deadline to give, "hold", "again" or "".
 _DELIVER = Script(
     """
 local took, held = ARGV[1] .. '|took', ARGV[1] .. '|held'
 local first = redis.call('ZSCORE', KEYS[1], took)
 if first then
   redis.call('ZREM', KEYS[1], ARGV[1], held)
+  if ARGV[3] == 'again' and tonumber(ARGV[2]) > tonumber(first) then
+    redis.call('ZADD', KEYS[1], ARGV[2], took)
+    return ARGV[2]
+  end
   return first
 end
 local waiting = redis.call('ZSCORE', KEYS[1], held)
@@ -155,6 +160,7 @@ class Deliveries:
         *,
         hold: bool = False,
         away: set[str] | None = None,
+        again: Collection[str] = (),
     ) -> list[Delivered | None]:
         """Each turn as it reaches its bot now, or None when its clock is gone (claimed
         before the turn reached the bot, or its game moved on).
@@ -162,18 +168,26 @@ class Deliveries:
         `hold`: the bot is preparing for its first turn in a game (`holdable`): its clock
         is due only at the latest deadline until the turn itself is delivered. `away`: a
         turn whose clock's master did not answer is None too, its game added here (else
-        the call raises)."""
+        the call raises). `again`: games whose turns a worker of the platform took over
+        from another that died with them: what that one's delivery started is the
+        platform's time, and the bot gets its allowance from now (at most `latest`)."""
         now = self.clock()
         clocked = [t for t in turns if t.allowance]
+
+        def mode(t: Handover) -> str:
+            if hold and holdable(t):
+                return "hold"
+            return "again" if t.game_id in again else ""
+
         calls = [
             (
                 [self.keys.clocks(self.keys.partition(t.game_id))],
                 [
                     f"{t.game_id}|{t.seq}",
                     latest(t)
-                    if hold and holdable(t)
+                    if mode(t) == "hold"
                     else min(now + t.allowance + SEND_GRACE_MS, latest(t)),
-                    "hold" if hold and holdable(t) else "",
+                    mode(t),
                 ],
             )
             for t in clocked

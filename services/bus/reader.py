@@ -80,6 +80,9 @@ class Entry:
     entry_id: bytes
     #: The encoded model in field `m`, or None when the entry has no such field.
     data: bytes | None
+    #: Claimed from another consumer of the group (dead or stuck): whatever that one did
+    #: with it since (a bot's turn it handed over and never answered) may be lost.
+    taken_over: bool = False
 
 
 async def ensure_group(redis: Client, stream: str, group: str, start: str = "0") -> None:
@@ -498,7 +501,7 @@ class GroupReader:
         for (stream, ids), claimed in zip(take.items(), await pipe.execute(), strict=True):
             deliveries = dict(ids)
             for entry_id, fields in claimed:
-                entry = Entry(stream, entry_id, _field(fields))
+                entry = Entry(stream, entry_id, _field(fields), taken_over=True)
                 self._received_ids.put((stream, entry_id), True)
                 if deliveries.get(entry_id, 0) + 1 > self.max_deliveries:
                     self.poison.append(entry)

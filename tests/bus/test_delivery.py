@@ -219,3 +219,31 @@ async def test_a_clock_set_again_for_a_delivered_turn_goes_and_a_claimed_one_is_
     await redis.zrem(clocks, "g7|4|again")  # the game moved on: nothing to count
     assert await deliveries.deliver([turn]) == [None]
     assert deliveries.lag.undelivered == 1
+
+
+async def test_a_turn_taken_over_from_a_worker_that_died_with_it_gets_its_whole_time_again(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    """A worker takes a turn (its clock starts) and is killed before it answers. Another
+    worker claims the turn once the first counts as dead, past the first deadline: what the
+    dead worker held was the platform's time, so the bot gets its whole time again from the
+    takeover (signed), and its move counts instead of losing on time."""
+    arena = Arena(redis, keys)
+    await arena.start("g8")
+    dead = BotWorker(redis, "random", keys, clock_key=clock_key(SECRET), clock=arena.now)
+    await dead.setup()
+    [entry] = await dead.reader.read(None)  # Redis delivered it to the doomed worker
+    assert entry.data is not None and not entry.taken_over
+    turn = decode_turn(entry.data)
+    deliveries = Deliveries(redis, keys, clock_key(SECRET), clock=arena.now)
+    [first] = await deliveries.deliver([turn])  # the turn reached it; then it died
+    assert first is not None
+    arena.skipped += LIMIT_MS + SEND_GRACE_MS + 100  # the takeover comes past that deadline
+    await asyncio.sleep(0.6)  # pending long enough to be claimed; the dead one never beat
+    assert await arena.worker.drain() == 1
+    assert arena.worker.reader.claimed == 1 and arena.worker.moves_sent == 1
+    took = (await arena.clock("g8"))["took"]
+    assert took > first.deadline + SEND_GRACE_MS + LIMIT_MS, (first, took)
+    await arena.engine.drain()
+    events = await arena.query.events("g8")
+    assert len(events) > 4 and isinstance(events[4], MovePlayed), events[4:]
