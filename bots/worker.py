@@ -119,7 +119,7 @@ class BotWorker(StreamConsumer):
                 await self.set_aside(entry, f"{exc.code}: {exc.message}")
         away: set[str] = set()
         requests = [r for _, r in turns]
-        # Turns taken over from a worker that died (or stuck) with them: the bot's clock
+        # Turns taken over from a worker that died with them: the bot's clock
         # starts again, what it lost there being the platform's.
         again = {r.game_id for e, r in turns if e.taken_over}
         current = await self._delivered(await self._current(requests, away), away, again)

@@ -80,8 +80,8 @@ class Entry:
     entry_id: bytes
     #: The encoded model in field `m`, or None when the entry has no such field.
     data: bytes | None
-    #: Claimed from another consumer of the group (dead or stuck): whatever that one did
-    #: with it since (a bot's turn it handed over and never answered) may be lost.
+    #: Claimed from a consumer of the group that died: whatever it did with the entry
+    #: (a bot's turn it handed over and never answered) may be lost with it.
     taken_over: bool = False
 
 
@@ -476,7 +476,7 @@ class GroupReader:
         }
         owners.discard(self.consumer)
         dead = await self.dead_consumers(owners)
-        take: dict[str, list[tuple[bytes, int]]] = {}
+        take: dict[str, list[tuple[bytes, int, bool]]] = {}  # id, deliveries, of a dead one
         for stream, rows in zip(streams, rows_by_stream, strict=True):
             if isinstance(rows, Exception):
                 continue  # no group yet: the next read makes it
@@ -490,20 +490,21 @@ class GroupReader:
                 )
                 if lost or owner in dead or row["time_since_delivered"] >= self.claim_idle_ms:
                     take.setdefault(stream, []).append(
-                        (row["message_id"], int(row["times_delivered"]))
+                        (row["message_id"], int(row["times_delivered"]), owner in dead)
                     )
         if not take:
             return []
         pipe = self.redis.pipeline(transaction=False)
         for stream, ids in take.items():
-            pipe.xclaim(stream, self.group, self.consumer, idle, [i for i, _ in ids])
+            pipe.xclaim(stream, self.group, self.consumer, idle, [i for i, _, _ in ids])
         out: list[Entry] = []
         for (stream, ids), claimed in zip(take.items(), await pipe.execute(), strict=True):
-            deliveries = dict(ids)
+            deliveries = {i: (n, of_dead) for i, n, of_dead in ids}
             for entry_id, fields in claimed:
-                entry = Entry(stream, entry_id, _field(fields), taken_over=True)
+                n, of_dead = deliveries.get(entry_id, (0, False))
+                entry = Entry(stream, entry_id, _field(fields), taken_over=of_dead)
                 self._received_ids.put((stream, entry_id), True)
-                if deliveries.get(entry_id, 0) + 1 > self.max_deliveries:
+                if n + 1 > self.max_deliveries:
                     self.poison.append(entry)
                 else:
                     out.append(entry)

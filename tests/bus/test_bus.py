@@ -20,6 +20,7 @@ from schemas.commands import CreateGame, SeatSpec
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.embedded import EmbeddedRedis
 from services.bus.keys import ENGINE_GROUP, Keys
+from services.bus.presence import beat
 from services.bus.reader import GroupReader
 from services.bus.scripts import Script
 from services.bus.text import now_ms
@@ -153,7 +154,25 @@ async def test_entries_delivered_to_a_reader_whose_answer_was_lost_are_taken_bac
     await asyncio.sleep(0.6)  # idle past dead_idle_ms, far short of claim_idle_ms
     taken = await reader.reclaim()
     assert sorted(e.entry_id for e in taken) == sorted(i for i, _ in lost[0][1])
+    assert not any(e.taken_over for e in taken), "its own, from no consumer that died"
     assert await reader.reclaim() == [], "entries it received are its own work, not lost"
+
+
+async def test_only_entries_of_a_consumer_that_died_count_as_taken_over(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    """An entry stuck with a live consumer (`claim_idle_ms`) is claimed too, but what that
+    consumer did with it is not lost: it is no takeover (a bot's clock keeps running)."""
+    stream = await g1_sent(redis, keys)
+    stuck = engine_reader(redis, keys, stream, "stuck")
+    assert len(await stuck.read(None)) == 1
+    await beat(redis, keys, "stuck", "engine", ENGINE_GROUP)
+    other = GroupReader(
+        redis, [stream], ENGINE_GROUP, "other", heartbeats=keys.processes(), claim_idle_ms=300
+    )
+    await asyncio.sleep(0.4)  # past claim_idle_ms; "stuck" beat 0.4 s ago: alive
+    [taken] = await other.reclaim()
+    assert not taken.taken_over
 
 
 async def test_a_stopped_reader_that_goes_on_reads_first_what_it_was_delivered(
@@ -231,6 +250,7 @@ async def test_a_dead_consumers_work_is_taken_and_it_leaves_the_group(
     await asyncio.sleep(0.6)
     taken = await engine.reader.reclaim()
     assert [e.entry_id for e in taken] and engine.reader.claimed == 1
+    assert all(e.taken_over for e in taken)
     await engine.process(taken)
     assert await QueryClient(redis, keys).head("g1") == 4
 
