@@ -49,6 +49,7 @@ partition is given up at once (`lose`), and its feed entries stay pending for it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -56,8 +57,18 @@ from dataclasses import dataclass, field
 from typing import Any, Unpack
 
 import msgpack
+from redis.exceptions import ResponseError
 
-from schemas.codec import FIELD, DecodeError, encode, event_hash, unpack, unpack_event
+from schemas.codec import (
+    FIELD,
+    FIELD_BYTES,
+    DecodeError,
+    decode_turn,
+    encode,
+    event_hash,
+    unpack,
+    unpack_event,
+)
 from schemas.commands import Abort, ClaimTimeout
 from schemas.events import EventMap
 from schemas.tokens import (
@@ -76,8 +87,9 @@ from services.bus.clients import QueryClient, log_entries
 from services.bus.connection import Client, is_cluster
 from services.bus.consumer import ConsumerOptions, ConsumerSettings, StreamConsumer
 from services.bus.delivery import HELD, TOOK
-from services.bus.keys import DISPATCHER_GROUP, FEED_GROUPS, Keys
-from services.bus.reader import Entry
+from services.bus.keys import DISPATCHER_GROUP, FEED_GROUPS, WORKERS_GROUP, Keys
+from services.bus.presence import ALIVE_MS
+from services.bus.reader import CLAIM_EVERY_S, Entry
 from services.bus.scripts import Call, Script, each_confirmed
 from services.bus.secret import shared_secret
 from services.bus.stuck import abandoned_games, stuck_games
@@ -213,6 +225,12 @@ AGAIN = "again"
 AGAIN_TOOK = f"{AGAIN}-{TOOK}"
 #: The kinds of a clock whose turn reached its bot (or is held while it prepares).
 DELIVERED = frozenset({TOOK, HELD, AGAIN_TOOK})
+#: A delivered clock whose turn is pending with a worker that died is set again this long
+#: from now: time for a live worker to see it dead and take the turn over (`ALIVE_MS`,
+#: then its next claim sweep).
+TAKEOVER_MS = ALIVE_MS + 2 * int(CLAIM_EVERY_S * 1000)
+#: At most this many of a dead worker's pending turns are looked at per sweep.
+DEAD_TURNS_READ = 1000
 
 
 @dataclass(slots=True)
@@ -643,6 +661,7 @@ class Dispatcher(StreamConsumer):
         calls: list[Call] = []
         fences: list[tuple[int, int]] = []  # per call, its partition and fence
         served: dict[str, bool] = {}  # bot -> has a live worker, asked once per sweep
+        lost: dict[str, set[tuple[str, int]]] = {}  # bot -> turns its dead workers hold
         due_parts = [None, *(p for p, _ in due)]
         read = self.with_unwritten(await outages.partition_spells(self.redis, self.keys, due_parts))
         recheck = self.clock() + RECHECK_MS
@@ -656,6 +675,8 @@ class Dispatcher(StreamConsumer):
                 if kind and not await self._still_at(p, member, gid, seq):
                     continue
                 if spells and await self._rearmed(p, member, deadline, spells, limit):
+                    continue
+                if kind == TOOK and await self._with_a_dead_worker(p, member, served, lost):
                     continue
                 command = await self._due_command(p, member, deadline, served)
                 if command is not None:
@@ -824,6 +845,66 @@ class Dispatcher(StreamConsumer):
             token=admin_token(self.secret),
             reason="disconnect" if outside else "no_reply",
         )
+
+    async def _with_a_dead_worker(
+        self,
+        p: int,
+        member: str,
+        served: dict[str, bool],
+        lost: dict[str, set[tuple[str, int]]],
+    ) -> bool:
+        """Whether a delivered clock came due while its turn is pending with a worker that
+        died (killed between handing the bot its turn and answering it): that time is the
+        platform's, not the bot's. The clock is then set again `TAKEOVER_MS` from now, for
+        a live worker of the bot to take the turn over and deliver it again, which starts
+        its clock anew (`Deliveries.deliver`); not past the latest deadline a delivery may
+        give, nor when no worker is alive to take it."""
+        gid, seq, _, _ = _clock_member(member, 0)
+        g = await self._game(gid)
+        seat = g.seats[g.to_move - 1] if g is not None and g.to_move else None
+        if g is None or seat is None or seat["kind"] != "bot" or g.seq != seq:
+            return False
+        again_at = self.clock() + TAKEOVER_MS
+        if again_at > g.deadline + MAX_GRACE_MS or not await self._served_bot(gid, served):
+            return False
+        bot = seat["name"]
+        if bot not in lost:
+            lost[bot] = await self._turns_of_dead_workers(bot)
+        if (gid, seq) not in lost[bot]:
+            return False
+        log.info(
+            "dispatcher: game %s's turn %d is with a worker that died: its clock waits %d ms"
+            " for another to take it over",
+            gid, seq, TAKEOVER_MS,
+        )  # fmt: skip
+        await self._accepted(p, Writes().add(member, again_at))
+        return True
+
+    async def _turns_of_dead_workers(self, bot: str) -> set[tuple[str, int]]:
+        """The turns (game, seq) pending in `bot`'s inbox with workers that died."""
+        inbox = self.keys.bot_turns(bot)
+        try:
+            summary: Any = await self.redis.xpending(inbox, WORKERS_GROUP)
+        except ResponseError:
+            return set()  # no inbox, or no worker ever read it
+        holders = {as_text(c["name"]) for c in summary["consumers"] or ()}
+        dead = sorted(await self.reader.dead_consumers(holders))
+        if not dead:
+            return set()
+        pipe = self.redis.pipeline(transaction=False)
+        for name in dead:
+            pipe.xpending_range(inbox, WORKERS_GROUP, "-", "+", DEAD_TURNS_READ, consumername=name)
+        ids = [row["message_id"] for rows in await pipe.execute() for row in rows]
+        pipe = self.redis.pipeline(transaction=False)
+        for entry_id in ids:
+            pipe.xrange(inbox, entry_id, entry_id)
+        turns = set()
+        for rows in await pipe.execute() if ids else []:
+            for _, fields in rows:
+                with contextlib.suppress(DecodeError, KeyError):
+                    turn = decode_turn(fields[FIELD_BYTES])
+                    turns.add((turn.game_id, turn.seq))
+        return turns
 
     async def _served_bot(self, gid: str, served: dict[str, bool]) -> bool:
         """Whether the seat to move in `gid` is a bot with a live worker or stream (asked

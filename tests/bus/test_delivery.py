@@ -24,7 +24,7 @@ from services.bus.clients import CommandClient, QueryClient
 from services.bus.delivery import Deliveries, latest
 from services.bus.keys import Keys
 from services.bus.text import now_ms
-from services.dispatcher import TIMEOUT_GRACE_MS, Dispatcher
+from services.dispatcher import TAKEOVER_MS, TIMEOUT_GRACE_MS, Dispatcher
 from services.engine_service import EngineService
 
 SECRET = b"delivery-test-secret"
@@ -247,3 +247,40 @@ async def test_a_turn_taken_over_from_a_worker_that_died_with_it_gets_its_whole_
     await arena.engine.drain()
     events = await arena.query.events("g8")
     assert len(events) > 4 and isinstance(events[4], MovePlayed), events[4:]
+
+
+async def test_a_clock_that_comes_due_with_a_dead_worker_waits_for_the_takeover(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    """The worker that took the turn died, and its clock came due before a live worker took
+    the turn over (a move limit shorter than that takes): the dispatcher claims nothing and
+    sets the clock again for the takeover, whose delivery starts the bot's time anew."""
+    arena = Arena(redis, keys)
+    await arena.start("g9")
+    dead = BotWorker(redis, "random", keys, clock_key=clock_key(SECRET), clock=arena.now)
+    await dead.setup()
+    [entry] = await dead.reader.read(None)
+    assert entry.data is not None
+    [first] = await Deliveries(redis, keys, clock_key(SECRET), clock=arena.now).deliver(
+        [decode_turn(entry.data)]
+    )
+    assert first is not None
+    await arena.worker.setup()
+    await arena.worker.heartbeat()  # a live worker serves the bot
+    assert await arena.claim_at(first.deadline + SEND_GRACE_MS) == 0
+    assert (await arena.clock("g9"))["took"] >= arena.now() + TAKEOVER_MS - 100
+    await asyncio.sleep(0.6)  # pending long enough to be claimed from the dead worker
+    assert await arena.worker.drain() == 1 and arena.worker.moves_sent == 1
+    await arena.engine.drain()
+    events = await arena.query.events("g9")
+    assert len(events) > 4 and isinstance(events[4], MovePlayed), events[4:]
+    # A turn pending with a live worker that overran it is the bot's loss, as before.
+    await arena.start("g10")
+    read = await arena.worker.reader.read(None)  # the live worker has it, and overruns
+    [held] = [t for e in read if e.data and (t := decode_turn(e.data)).game_id == "g10"]
+    [given] = await Deliveries(redis, keys, clock_key(SECRET), clock=arena.now).deliver([held])
+    assert given is not None
+    await arena.worker.heartbeat()
+    assert await arena.claim_at(given.deadline + SEND_GRACE_MS) == 1
+    end = await arena.end("g10")
+    assert (end.reason, end.fault) == ("time_forfeit", 1), end
