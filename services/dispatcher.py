@@ -13,7 +13,9 @@ turn is not the bot's time. `claim_timeouts`
 sends a `ClaimTimeout` for every passed deadline, signed (`schemas.tokens.clock_stamp`), and
 the engine decides whether it really is late. A bot's clock that comes due undelivered while
 the bot is served (a worker or a stream beats for it) is the platform's failure: its claim
-is signed as such (`late_stamp`) and the game ends as `interrupted`, never the bot's loss.
+is signed as such (`late_stamp`) and the game ends as `interrupted`, never the bot's loss;
+one delivered to a worker that died with it waits for another worker to take the turn over
+(`TAKEOVER_MS`), whose delivery starts the bot's time anew.
 A clock is claimed by whichever dispatcher removes it first, in the same atomic write that
 sends the claim, so a failed write never loses a clock. A clock that came due while Redis
 refused writes (out of memory: `services.bus.outages`) is set again with the time the spell

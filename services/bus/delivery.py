@@ -12,10 +12,12 @@ due. One script in the clock set's slot, so delivery and the dispatcher's timeou
 exclude each other: a turn whose clock was claimed first never reached its bot in time
 (`None`: drop it; the claim says the platform failed it), and a clock claimed after
 delivery is the bot's. A second delivery (another stream of the same bot) keeps the first
-deadline. A bot told to prepare for a game type (the gateway's warm-up) before its first
-turn in a game is held: `<id>|<seq>|held`, the bot's clock but due only at the latest
-deadline (`hold`); it starts when the turn itself is delivered, on whichever stream, once.
-Only a seat's first turn in a game is held, so reconnecting buys a bot no time.
+deadline, but for a worker that took the turn over from one that died with it (`again`):
+that time was the platform's, and the bot's starts anew. A bot told to prepare for a game
+type (the gateway's warm-up) before its first turn in a game is held: `<id>|<seq>|held`,
+the bot's clock but due only at the latest deadline (`hold`); it starts when the turn
+itself is delivered, on whichever stream, once. Only a seat's first turn in a game is held,
+so reconnecting buys a bot no time.
 
 Each delivery's lag (from the turn's event to its delivery) goes into a `Lag` window, which
 the worker's and gateway's heartbeats, status lines and metrics show.
