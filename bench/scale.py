@@ -29,9 +29,10 @@ and the scaling efficiency, throughput(N) / (N x throughput(1)).
 second replica, two hosts on, so that no survivor's writes wait for a replica that died):
 after the window one host's link goes down and every process of it (Redis included) gets
 SIGKILL. It reports when the dead master's slots were served again (its replica promoted)
-and when moves flowed again on every partition, then lets every game end and checks the
-logs: each move a gateway acknowledged is there once, each event seen on a feed is still
-there, every game ended, and `agon verify` passes.
+and when every bot game in play at the kill (moved in the last 2 s, not ended) moved again
+(or ended), by partition too, then lets every game end and checks the logs: each move a
+gateway acknowledged is there once, each event seen on a feed is still there, every game
+ended, and `agon verify` passes.
 
 Everything made (namespaces, links, the bridge, cgroups, processes) is undone however the
 run ends: on return, an exception, Ctrl-C or SIGTERM; what a killed earlier run left is
@@ -127,6 +128,8 @@ TICK_S = 0.05
 REQUEST_TIMEOUT_S = 15.0
 #: After a kill: how long play may take to resume, the load to run on, and games to end.
 RESUME_TIMEOUT_S = 60.0
+#: A game is in play at a kill when it moved this recently and has not ended (ms).
+IN_PLAY_MS = 2000
 AFTER_KILL_S = 5.0
 DRAIN_TIMEOUT_S = 180.0
 VERIFY_TIMEOUT_S = 600.0
@@ -899,16 +902,17 @@ class Load:
 
 class Feeds:
     """Every partition's feed, a blocking read each (no cluster command spans two slots),
-    into the tracker; games that end leave the load. Notes each partition's latest move
-    and, once `since` is set, its first move after it."""
+    into the tracker; games that end leave the load. Notes each game in play (its partition
+    and latest move) and, once `since` is set, each game's first move (or end) after it."""
 
     def __init__(self, redis: Client, keys: Keys, tracker: Tracker, load: Load) -> None:
         self.redis = redis
         self.keys = keys
         self.tracker = tracker
         self.load = load
-        self.last_move_ms: dict[int, int] = {}
-        self.first_after: dict[int, int] = {}
+        #: per game that moved and has not ended: its partition and when it last moved
+        self.moving: dict[str, tuple[int, int]] = {}
+        self.next_after: dict[str, int] = {}
         self.since: int | None = None
         self.errors: Counter[str] = Counter()
 
@@ -932,12 +936,52 @@ class Feeds:
                         await self._event(p, id_ms(entry_id), unpack(data))
 
     async def _event(self, p: int, ms: int, ev: dict[str, Any]) -> None:
-        if ev["type"] == "move_played":
-            self.last_move_ms[p] = ms
-            if self.since is not None and ms > self.since:
-                self.first_after.setdefault(p, ms)
+        game_id, kind = str(ev["game_id"]), ev["type"]
+        if kind in ("move_played", "game_ended") and self.since is not None and ms > self.since:
+            self.next_after.setdefault(game_id, ms)
+        if kind == "move_played":
+            self.moving[game_id] = (p, ms)
+        elif kind == "game_ended":
+            self.moving.pop(game_id, None)
         if await take(self.redis, self.keys, self.tracker, ms, ev) is not None:
-            self.load.ended(str(ev["game_id"]))
+            self.load.ended(game_id)
+
+
+def resumption(
+    in_play: dict[str, int],
+    bots: set[str],
+    next_after: dict[str, int],
+    killed_ms: int,
+    on_dead: set[int],
+) -> dict[str, Any]:
+    """When play resumed after a kill at `killed_ms`: for the games `in_play` then (game ->
+    its partition), from each one's first move or end after it (`next_after`). The bot
+    games are the platform's to move, so the figures are theirs (all of them, those on the
+    dead master's partitions `on_dead`, and the survivors'), by partition too; the people's
+    games move when the load offers their moves, so only their latest is told."""
+    resumed = {g: (next_after[g] - killed_ms) / 1000 for g in in_play if g in next_after}
+
+    def worst(games: set[str]) -> float | None:
+        if not games or not games <= set(resumed):
+            return None
+        return round(max(resumed[g] for g in games), 2)
+
+    by_partition: dict[int, float] = {}
+    for g in bots & set(resumed):
+        by_partition[in_play[g]] = max(by_partition.get(in_play[g], 0.0), resumed[g])
+    people = set(in_play) - bots
+    return {
+        "bot_games_in_play": len(bots),
+        "resumed_s": worst(bots),
+        "resumed_dead_master_s": worst({g for g in bots if in_play[g] in on_dead}),
+        "resumed_survivors_s": worst({g for g in bots if in_play[g] not in on_dead}),
+        "bot_games_not_resumed": sorted(bots - set(resumed))[:10],
+        "resumed_by_partition_s": {p: round(by_partition[p], 2) for p in sorted(by_partition)},
+        "people_games_in_play": len(people),
+        "people_resumed_s": max(
+            (round(resumed[g], 2) for g in people & set(resumed)), default=None
+        ),
+    }
 
 
 # -- one host count: the measured run ----------------------------------------------------------
@@ -1083,7 +1127,8 @@ class Run:
         dead = victim.master
         lo, hi = bed.slot_ranges[victim.index]
         on_dead = {p for p in keys.all_partitions() if lo <= key_slot(keys.feed(p).encode()) <= hi}
-        playing = {p for p, ms in feeds.last_move_ms.items() if ms >= now_ms() - 2000}
+        in_play = {g: p for g, (p, ms) in feeds.moving.items() if ms >= now_ms() - IN_PLAY_MS}
+        bots = {g for g in in_play if g in load.bots}
         processes = len(victim.pids())
         killed_ms = feeds.since = now_ms()
         began = time.monotonic()
@@ -1095,28 +1140,17 @@ class Run:
         while time.monotonic() - began < RESUME_TIMEOUT_S:
             if served_s is None and bed.slots_served_without(dead):
                 served_s = round(time.monotonic() - began, 2)
-            if served_s is not None and playing <= set(feeds.first_after):
+            if served_s is not None and bots <= set(feeds.next_after):
                 break
             await asyncio.sleep(0.05)
-        resumed = {p: (ms - killed_ms) / 1000 for p, ms in feeds.first_after.items()}
-
-        def worst(parts: set[int]) -> float | None:
-            if not parts or not parts <= set(resumed):
-                return None
-            return round(max(resumed[p] for p in parts), 2)
-
         report: dict[str, Any] = {
             "host": victim.name,
             "slots_served_s": served_s,
-            "resumed_s": worst(playing),
-            "resumed_dead_master_s": worst(playing & on_dead),
-            "resumed_survivors_s": worst(playing - on_dead),
-            "partitions_not_resumed": sorted(playing - set(resumed)),
-            "resumed_by_partition_s": {p: round(resumed[p], 2) for p in sorted(resumed)},
+            **resumption(in_play, bots, feeds.next_after, killed_ms, on_dead),
         }
         self.say(
-            f"{bed.label}: slots served again after {served_s} s, play resumed on every"
-            f" partition after {report['resumed_s']} s"
+            f"{bed.label}: slots served again after {served_s} s, every bot game in play"
+            f" ({len(bots)}) moved again after {report['resumed_s']} s"
         )
         before = len(feeds.tracker.moves)
         await self._sleep(AFTER_KILL_S, tasks)
@@ -1449,9 +1483,10 @@ def print_scale_table(rows: Sequence[dict[str, Any]]) -> None:
             k = r["kill"]
             lines.append(
                 f"{r['name']} ({k['host']}): slots served again after {k['slots_served_s']} s;"
-                f" play resumed on every partition after {k['resumed_s']} s (the dead"
-                f" master's {k['resumed_dead_master_s']} s, the survivors'"
-                f" {k['resumed_survivors_s']} s); {k['moves_per_sec_after']:.0f} moves/s after;"
+                f" every bot game in play ({k['bot_games_in_play']}) moved again after"
+                f" {k['resumed_s']} s (on the dead master {k['resumed_dead_master_s']} s, on"
+                f" the survivors {k['resumed_survivors_s']} s); {k['moves_per_sec_after']:.0f}"
+                " moves/s after;"
                 f" acknowledged moves lost {k['acked_lost']} of {k['acked_moves']}, feed events"
                 f" lost {k['seen_lost']} of {k['seen_events']}, doubled {k['doubled']}; every"
                 f" game ended: {k['every_game_ended']} ({k['time_forfeits']} lost on time);"

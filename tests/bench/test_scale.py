@@ -42,6 +42,7 @@ from bench.scale import (
     our_links,
     our_namespaces,
     print_scale_table,
+    resumption,
     run_scale_bench,
     with_efficiency,
 )
@@ -227,3 +228,21 @@ def test_each_master_holds_an_equal_share_of_the_partitions() -> None:
         assert max(held) - min(held) <= 1, (masters, held)
     # (even ranges leave half of eight masters without a partition)
     assert min(sum(lo <= s <= hi for s in hot) for lo, hi in slot_ranges(8)) == 0
+
+
+def test_play_resumes_when_every_bot_game_in_play_moved_again() -> None:
+    """The games in play at the kill are measured, each from its own next move (or end):
+    not a partition's first move, which a game created after the kill could make while a
+    game in play there still waits, and which a partition whose games had just ended
+    never makes. People's games are told apart: they move when the load offers."""
+    in_play = {"b1": 0, "b2": 0, "b3": 1, "h1": 1}
+    bots = {"b1", "b2", "b3"}
+    killed = 10_000
+    after = {"b1": 10_500, "b2": 13_000, "b3": 11_000, "h1": 25_000, "new": 10_100}
+    got = resumption(in_play, bots, after, killed, on_dead={1})
+    assert got["resumed_s"] == 3.0, got
+    assert (got["resumed_dead_master_s"], got["resumed_survivors_s"]) == (1.0, 3.0)
+    assert got["resumed_by_partition_s"] == {0: 3.0, 1: 1.0}
+    assert (got["people_games_in_play"], got["people_resumed_s"]) == (1, 15.0)
+    waiting = resumption(in_play, bots, {"b1": 10_500}, killed, on_dead={1})
+    assert waiting["resumed_s"] is None and waiting["bot_games_not_resumed"] == ["b2", "b3"]
