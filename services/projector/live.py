@@ -148,6 +148,14 @@ class Projector(StreamConsumer):
         Each write names the log entry its fold ended with (`Write.head`), so it lands
         only where the log holds that entry: after a failover the new master may lack an
         event this read from the old one, or hold another event of its seq."""
+        for gid in game_ids:
+            cached = self._cache.get(gid)
+            if cached is not None and any(ev["seq"] <= cached[0].seq for ev in by_game[gid]):
+                # An event its fold holds came again: a redelivery, or the same seq from a
+                # new master whose log replaced what the fold read from the old one, and
+                # which lost the models written from it. What is stored decides, not the
+                # fold (a redelivery costs one read of the stored seq).
+                self._cache.pop(gid)
         uncached = [g for g in game_ids if g not in self._cache]
         seen: dict[str, int] = {}
         if uncached:

@@ -565,3 +565,29 @@ async def test_a_projector_paused_past_its_lease_writes_nothing_after_it_resumes
     assert (await view(redis, gid))["seq"] == await redis.xlen(KEYS.log(gid))
     assert (await redis.xpending(feed, PROJECTOR_GROUP))["pending"] == 0
     assert new.stats()["fenced"] == 0
+
+
+async def test_events_that_come_again_are_projected_where_the_stored_models_lack_them(
+    redis: aioredis.Redis,
+) -> None:
+    """A master dies holding model writes no replica has: the new master's log gets the same
+    seqs again (commands sent again) and the projector reads them again, while its fold
+    already holds them. What is stored decides: the models are written again."""
+    services = ServiceSet(redis, KEYS, ["random"])
+    [gid] = await create_games(redis, KEYS, [("teeko", {})], 1, BOTS)
+    for _ in range(3):
+        await services.engines[0].drain()
+        await services.dispatcher.drain()
+        await services.workers[0].drain()
+    a = services.projector
+    await a.drain()
+    seq = (await view(redis, gid))["seq"]
+    assert seq > 4
+    # The failover lost every model write of the game; its events come again.
+    await redis.delete(KEYS.view(gid))
+    await redis.hdel(KEYS.projector_seen(KEYS.partition(gid)), gid)
+    feed = KEYS.feed(KEYS.partition(gid))
+    await a.process([Entry(feed, eid, f[FIELD_BYTES]) for eid, f in await redis.xrange(feed)])
+    assert (await view(redis, gid))["seq"] == seq
+    await services.drain()
+    assert (await verify(redis, KEYS)).problems == []
