@@ -74,6 +74,15 @@ async def play(redis: aioredis.Redis, specs: Any = SPECS, count: int = 1) -> lis
     return ids
 
 
+async def turns(services: ServiceSet, rounds: int) -> None:
+    """`rounds` turns of every game: the engine decides, the dispatcher hands the next turn
+    over, the worker answers; the projector is left to the test."""
+    for _ in range(rounds):
+        await services.engines[0].drain()
+        await services.dispatcher.drain()
+        await services.workers[0].drain()
+
+
 async def view(redis: aioredis.Redis, game_id: str) -> dict[str, Any]:
     raw = await redis.get(KEYS.view(game_id))
     assert raw is not None, f"no view of {game_id}"
@@ -253,17 +262,12 @@ async def test_a_stale_cache_loses_the_race_and_refolds(redis: aioredis.Redis) -
     [gid] = await create_games(redis, KEYS, [("teeko", {})], 1, BOTS)
     feed = KEYS.feed(KEYS.partition(gid))
     # Play a few moves and let projector A cache the game.
-    for _ in range(3):
-        await services.engines[0].drain()
-        await services.dispatcher.drain()
-        await services.workers[0].drain()
+    await turns(services, 3)
     a = services.projector
     await a.drain()
     seq_a = (await view(redis, gid))["seq"]
     # Projector B projects the next events; A then gets a (redelivered) copy of them.
-    await services.engines[0].drain()
-    await services.dispatcher.drain()
-    await services.workers[0].drain()
+    await turns(services, 1)
     await services.engines[0].drain()
     b = Projector(redis, KEYS)
     await b.drain()
@@ -575,10 +579,7 @@ async def test_events_that_come_again_are_projected_where_the_stored_models_lack
     already holds them. What is stored decides: the models are written again."""
     services = ServiceSet(redis, KEYS, ["random"])
     [gid] = await create_games(redis, KEYS, [("teeko", {})], 1, BOTS)
-    for _ in range(3):
-        await services.engines[0].drain()
-        await services.dispatcher.drain()
-        await services.workers[0].drain()
+    await turns(services, 3)
     a = services.projector
     await a.drain()
     seq = (await view(redis, gid))["seq"]
