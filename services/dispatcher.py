@@ -860,7 +860,9 @@ class Dispatcher(StreamConsumer):
         platform's, not the bot's. The clock is then set again `TAKEOVER_MS` from now, for
         a live worker of the bot to take the turn over and deliver it again, which starts
         its clock anew (`Deliveries.deliver`); not past the latest deadline a delivery may
-        give, nor when no worker is alive to take it."""
+        give, nor when no worker is alive to take it. Only the built-in workers read an
+        inbox in its group (a gateway reads an outside bot's turns with XREAD), so no
+        client can leave a turn pending with a consumer that goes away."""
         gid, seq, _, _ = _clock_member(member, 0)
         g = await self._game(gid)
         seat = g.seats[g.to_move - 1] if g is not None and g.to_move else None

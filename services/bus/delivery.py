@@ -29,7 +29,7 @@ import collections
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from schemas.tokens import MAX_GRACE_MS, SEND_GRACE_MS, clock_stamp
 from services.bus.connection import TRANSIENT_ERRORS, Client
@@ -176,24 +176,15 @@ class Deliveries:
         now = self.clock()
         clocked = [t for t in turns if t.allowance]
 
-        def mode(t: Handover) -> str:
+        def args(t: Handover) -> list[Any]:
+            """The script's arguments: the clock member, the deadline to give, the mode."""
+            member = f"{t.game_id}|{t.seq}"
             if hold and holdable(t):
-                return "hold"
-            return "again" if t.game_id in again else ""
+                return [member, latest(t), "hold"]
+            given = min(now + t.allowance + SEND_GRACE_MS, latest(t))
+            return [member, given, "again" if t.game_id in again else ""]
 
-        calls = [
-            (
-                [self.keys.clocks(self.keys.partition(t.game_id))],
-                [
-                    f"{t.game_id}|{t.seq}",
-                    latest(t)
-                    if mode(t) == "hold"
-                    else min(now + t.allowance + SEND_GRACE_MS, latest(t)),
-                    mode(t),
-                ],
-            )
-            for t in clocked
-        ]
+        calls = [([self.keys.clocks(self.keys.partition(t.game_id))], args(t)) for t in clocked]
         raising = away is None
         answers = iter(
             await _DELIVER.run_many(self.redis, calls, raise_on_error=raising) if calls else []
