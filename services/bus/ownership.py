@@ -6,10 +6,16 @@ of conflicts per thousand moves at four engines). So each partitioned kind (engi
 projector, dispatcher) reads only the partitions it owns, as Kafka's consumers own
 their partitions and Redis Cluster's masters their slots:
 
-- **Sticky shares.** A member's share is the partitions whose highest rendezvous hash
-  (`share`) over the kind's live members (their heartbeats, `services.bus.presence`) is
-  its own: a member that joins takes only its share, one that leaves hands only its
-  share to the others, and every other partition stays where it is, unpaused.
+- **Even, sticky shares.** The partitions are dealt round-robin over the kind's live members
+  (their heartbeats, `services.bus.presence`) ranked by a hash of their names (`targets`):
+  each holds its count, one apart at most. What changes hands is only what a count asks
+  for, as with Kafka's cooperative-sticky assignor: a member over its count gives up the
+  partitions it ranks lowest; a member under it reads who holds each lease and takes free
+  ones, those no live member holds, dealt among the members short of theirs by
+  rendezvous hash (`plan`). A member that joins takes its count from the others, one
+  that leaves hands its partitions to the others, and every other partition stays where
+  it is, unpaused. (Rendezvous hashing alone left a member of three with up to nine of
+  sixteen partitions, and its host a backlog.)
 - **Leases.** A partition's lease (`Keys.lease`, in the partition's hash slot) names its
   owner until `expires`, on Redis's clock; the owner renews it every `RENEW_S`. A member
   gives up what is no longer its share by releasing it; a lease not renewed for
@@ -38,7 +44,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import zlib
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +53,7 @@ from services.bus.connection import Client
 from services.bus.keys import Keys
 from services.bus.presence import Sight, alive, ask_each, beat_keys, beats_of, newest
 from services.bus.scripts import UNANSWERED, Call, Script
-from services.bus.text import now_ms
+from services.bus.text import as_text, now_ms
 
 log = logging.getLogger("agon.bus")
 
@@ -98,6 +105,10 @@ return 0
 )
 
 
+# KEYS[1]: the lease. Who holds it, or held it last ('' once released).
+_LOOK = Script("return redis.call('HGET', KEYS[1], 'owner') or ''")
+
+
 def share(items: Iterable[str], members: Sequence[str], me: str) -> list[str]:
     """The items `me` owns among `members`: those whose highest (member, item) hash is its.
 
@@ -109,6 +120,43 @@ def share(items: Iterable[str], members: Sequence[str], me: str) -> list[str]:
         if owner == me:
             mine.append(item)
     return mine
+
+
+def _score(member: str, partition: int) -> tuple[int, str]:
+    return zlib.crc32(f"{member}|{partition}".encode()), member
+
+
+def targets(members: Sequence[str], partitions: int) -> dict[str, int]:
+    """How many partitions each member holds: dealt round-robin over the members ranked by
+    a hash of their names. A member's rank only rises when another leaves and falls when
+    one joins, so a join only lowers the others' counts and a leave only raises them."""
+    ranked = sorted(members, key=lambda m: (zlib.crc32(m.encode()), m))
+    return {m: (partitions - i + len(ranked) - 1) // len(ranked) for i, m in enumerate(ranked)}
+
+
+def plan(
+    partitions: Sequence[int], members: Sequence[str], held: Mapping[int, str], me: str
+) -> set[int]:
+    """The partitions `me` holds, given who holds which (`held`; a partition not there, or
+    held by one not among `members`, is free): over its count, its own that it ranks
+    highest; under it, its own and the free ones dealt to it. Free partitions go to the
+    members short of their count, each to the one that ranks it highest among those with
+    room: every member that reads the same leases deals them the same way."""
+    count = targets(members, len(partitions))
+    mine = [p for p in partitions if held.get(p) == me]
+    if len(mine) >= count[me]:
+        return set(sorted(mine, key=lambda p: _score(me, p), reverse=True)[: count[me]])
+    holding = Counter(held[p] for p in partitions if held.get(p) in count)
+    room = {m: count[m] - holding[m] for m in members if count[m] > holding[m]}
+    free = [p for p in partitions if held.get(p) not in count]
+    dealt: set[int] = set()
+    for _, m, p in sorted(((_score(m, p), m, p) for m in room for p in free), reverse=True):
+        if room[m] > 0 and p not in dealt:
+            room[m] -= 1
+            dealt.add(p)
+            if m == me:
+                mine.append(p)
+    return set(mine)
 
 
 @dataclass(slots=True)
@@ -152,6 +200,8 @@ class Ownership:
         self._waiting: list[tuple[str, tuple[int, ...]]] = []
         #: when each lease held was last renewed (or taken), on the event loop's clock
         self._renewed: dict[int, float] = {}
+        #: the partitions the last round wanted to hold
+        self.wanted: set[int] = set()
 
     def epoch(self, p: int) -> int:
         """The epoch `p` is held under; -1 when it is not held (a write under it is refused)."""
@@ -185,15 +235,19 @@ class Ownership:
         self._members = sorted(live)
         return self._members
 
-    def desired(self, members: Sequence[str]) -> set[int]:
-        parts = [str(p) for p in self.keys.all_partitions()]
-        return {int(p) for p in share(parts, members, self.member)}
+    def desired(self, members: Sequence[str], held: Mapping[int, str] | None = None) -> set[int]:
+        """The partitions this member holds among `members`, given who holds the others."""
+        mine = {p: self.member for p in self.owned}
+        return plan(self.keys.all_partitions(), members, {**(held or {}), **mine}, self.member)
 
     async def round(self) -> Change:
-        """Renew what is held and still this member's share, take its share where free,
-        give up the rest; what changed."""
+        """Renew what is held and still this member's, give up what its count does not ask
+        for, take free partitions where it is short; what changed."""
         self.due_s = None  # a round that fails waits a whole period, never spins
-        want = self.desired(await self.members())
+        members = await self.members()
+        count = targets(members, len(self.keys.all_partitions()))[self.member]
+        holders = await self._look() if len(self.owned) < count else {}
+        want = self.wanted = self.desired(members, holders)
         change = Change()
         giving = sorted(set(self.owned) - want)
         for p in giving:
@@ -236,16 +290,32 @@ class Ownership:
                 self.owned.pop(p, None)
         self.moves += len(change.taken) + len(change.lost)
         self.due_s = None if due_ms is None else (due_ms + DUE_MARGIN_MS) / 1000
-        self._tell_waiting(waiting)
+        self._tell_waiting(waiting, count - len(want))
         return change
 
-    def _tell_waiting(self, waiting: dict[str, list[int]]) -> None:
-        """Say which partitions of its share this member could not take, and why, when that
-        changed since it last said so (a handover or a failover; a line per change)."""
+    async def _look(self) -> dict[int, str]:
+        """Who holds each partition this member does not (a lease its master did not show
+        in time counts as free: a take there waits on the master, and says so)."""
+        others = [p for p in self.keys.all_partitions() if p not in self.owned]
+        answers = await _LOOK.run_per_node(
+            self.redis, [self._lease(p) for p in others], NODE_WAIT_S
+        )
+        return {
+            p: as_text(a)
+            for p, a in zip(others, answers, strict=True)
+            if isinstance(a, bytes | str) and a
+        }
+
+    def _tell_waiting(self, waiting: dict[str, list[int]], short: int) -> None:
+        """Say which partitions this member wants and could not take, and why, and how many
+        its count asks for that others still hold, when that changed since it last said
+        so (a handover or a failover; a line per change)."""
         told = sorted((why, tuple(ps)) for why, ps in waiting.items())
+        if short > 0:
+            told.append((f"{short} more held by members over their count", ()))
         if told != self._waiting and told:
-            reasons = "; ".join(f"{list(ps)}: {why[:100]}" for why, ps in told)
-            log.info("%s: partitions of its share not taken yet: %s", self.member, reasons)
+            reasons = "; ".join(f"{list(ps)}: {why[:100]}" if ps else why for why, ps in told)
+            log.info("%s: partitions not taken yet: %s", self.member, reasons)
         self._waiting = told
 
     def lose(self, p: int, epoch: int) -> bool:

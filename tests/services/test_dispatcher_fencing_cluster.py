@@ -29,6 +29,7 @@ from services import dispatcher as dispatcher_module
 from services.bus.connection import AgonCluster, connect, is_cluster
 from services.bus.keys import DISPATCHER_GROUP, WORKERS_GROUP, Keys
 from services.bus.ownership import Ownership
+from services.bus.presence import beat, forget
 from services.bus.reader import ensure_group
 from services.bus.stuck import STUCK_AFTER_MS
 from services.bus.text import as_text, now_ms
@@ -100,12 +101,13 @@ test_a_repair_is_refused_quietly_where_its_dispatcher_holds_nothing = (
 
 async def test_only_the_lost_partitions_turns_are_held_back(redis: AgonCluster, keys: Keys) -> None:
     """On a cluster the turns go out after the clock scripts, one partition's refusal
-    beside another's acceptance: A, paused past its leases, finds B joined and took B's
-    share, and nobody the rest (their epochs are still A's). A's batch of games in both
-    sets the clocks and hands out the turns of the partitions it still holds, and writes
-    nothing in those it lost: unfenced, the bot would have their turns from A too."""
-    names = ["dispatcher-a", "dispatcher-b"]
-    b_share = Ownership(redis, keys, Dispatcher.role, names[1]).desired(names)
+    beside another's acceptance: A, paused past its leases, finds that B took B's count of
+    them (A's beat lapsed too) and nobody the rest (C, which B deals the others to, has
+    not taken them: their epochs are still A's). A's batch of games in both sets sets the
+    clocks and hands out the turns of the partitions it still holds, and writes nothing in
+    those it lost: unfenced, the bot would have their turns from A too."""
+    names = ["dispatcher-a", "dispatcher-b", "dispatcher-c"]
+    b_share = Ownership(redis, keys, Dispatcher.role, names[1]).desired(names[1:])
     gids: list[str] = []
     while not (b_share & parts(keys, gids) and parts(keys, gids) - b_share):
         # until some are in B's share and some not
@@ -115,9 +117,11 @@ async def test_only_the_lost_partitions_turns_are_held_back(redis: AgonCluster, 
     a = await dispatcher(redis, keys, names[0], lease_ms=200)
     entries = await a.reader.read(None)
     assert {e.stream for e in entries} == {keys.feed(keys.partition(g)) for g in gids}
-    # A stalls past its leases (its beat stays fresh: B counts it a member) and B joins,
-    # taking its own share; A's share stays A's, under the epoch A holds.
+    # A stalls past its leases and its beat; C beats and takes no round; B joins, taking
+    # what it deals itself of A's lapsed partitions.
+    await forget(redis, keys, [names[0]])
     await asyncio.sleep(0.3)
+    await beat(redis, keys, names[2], Dispatcher.role, DISPATCHER_GROUP)
     b = await dispatcher(redis, keys, names[1])
     assert b.ownership is not None and set(b.ownership.owned) == b_share
     await a.process(entries)
