@@ -913,6 +913,8 @@ class Feeds:
         #: per game that moved and has not ended: its partition and when it last moved
         self.moving: dict[str, tuple[int, int]] = {}
         self.next_after: dict[str, int] = {}
+        #: when each game that ended did (its end's entry id)
+        self.ended_at: dict[str, int] = {}
         self.since: int | None = None
         self.errors: Counter[str] = Counter()
 
@@ -943,6 +945,7 @@ class Feeds:
             self.moving[game_id] = (p, ms)
         elif kind == "game_ended":
             self.moving.pop(game_id, None)
+            self.ended_at[game_id] = ms
         if await take(self.redis, self.keys, self.tracker, ms, ev) is not None:
             self.load.ended(game_id)
 
@@ -953,12 +956,17 @@ def resumption(
     next_after: dict[str, int],
     killed_ms: int,
     on_dead: set[int],
+    ended_at: dict[str, int],
 ) -> dict[str, Any]:
     """When play resumed after a kill at `killed_ms`: for the games `in_play` then (game ->
     its partition), from each one's first move or end after it (`next_after`). The bot
     games are the platform's to move, so the figures are theirs (all of them, those on the
     dead master's partitions `on_dead`, and the survivors'), by partition too; the people's
-    games move when the load offers their moves, so only their latest is told."""
+    games move when the load offers their moves, so only their latest is told. A game whose
+    end (`ended_at`) came before the kill, though read after it, was not in play."""
+    over = {g for g in in_play if ended_at.get(g, killed_ms + 1) <= killed_ms}
+    in_play = {g: p for g, p in in_play.items() if g not in over}
+    bots = bots - over
     resumed = {g: (next_after[g] - killed_ms) / 1000 for g in in_play if g in next_after}
 
     def worst(games: set[str]) -> float | None:
@@ -1140,14 +1148,13 @@ class Run:
         while time.monotonic() - began < RESUME_TIMEOUT_S:
             if served_s is None and bed.slots_served_without(dead):
                 served_s = round(time.monotonic() - began, 2)
-            if served_s is not None and bots <= set(feeds.next_after):
+            resumed = resumption(
+                in_play, bots, feeds.next_after, killed_ms, on_dead, feeds.ended_at
+            )
+            if served_s is not None and not resumed["bot_games_not_resumed"]:
                 break
             await asyncio.sleep(0.05)
-        report: dict[str, Any] = {
-            "host": victim.name,
-            "slots_served_s": served_s,
-            **resumption(in_play, bots, feeds.next_after, killed_ms, on_dead),
-        }
+        report: dict[str, Any] = {"host": victim.name, "slots_served_s": served_s, **resumed}
         self.say(
             f"{bed.label}: slots served again after {served_s} s, every bot game in play"
             f" ({len(bots)}) moved again after {report['resumed_s']} s"

@@ -105,6 +105,9 @@ return 0
 )
 
 
+#: Who holds a lease whose master did not answer (`Ownership._look`): not free.
+UNSEEN = "?"
+
 # KEYS[1]: the lease. Who holds it, or held it last ('' once released).
 _LOOK = Script("return redis.call('HGET', KEYS[1], 'owner') or ''")
 
@@ -138,8 +141,8 @@ def plan(
     partitions: Sequence[int], members: Sequence[str], held: Mapping[int, str], me: str
 ) -> set[int]:
     """The partitions `me` holds, given who holds which (`held`; a partition not there, or
-    held by one not among `members`, is free): over its count, its own that it ranks
-    highest; under it, its own and the free ones dealt to it. Free partitions go to the
+    held by one neither among `members` nor `UNSEEN`, is free): over its count, its own it
+    ranks highest; under it, its own and the free ones dealt to it. Free partitions go to the
     members short of their count, each to the one that ranks it highest among those with
     room: every member that reads the same leases deals them the same way."""
     count = targets(members, len(partitions))
@@ -148,7 +151,7 @@ def plan(
         return set(sorted(mine, key=lambda p: _score(me, p), reverse=True)[: count[me]])
     holding = Counter(held[p] for p in partitions if held.get(p) in count)
     room = {m: count[m] - holding[m] for m in members if count[m] > holding[m]}
-    free = [p for p in partitions if held.get(p) not in count]
+    free = [p for p in partitions if held.get(p) not in count and held.get(p) != UNSEEN]
     dealt: set[int] = set()
     for _, m, p in sorted(((_score(m, p), m, p) for m in room for p in free), reverse=True):
         if room[m] > 0 and p not in dealt:
@@ -294,16 +297,16 @@ class Ownership:
         return change
 
     async def _look(self) -> dict[int, str]:
-        """Who holds each partition this member does not (a lease its master did not show
-        in time counts as free: a take there waits on the master, and says so)."""
+        """Who holds each partition this member does not; `UNSEEN` where its master did not
+        answer in time. Such a master is failing over: its holder cannot renew meanwhile,
+        and whoever dealt it as free would take it from its holder when it answers."""
         others = [p for p in self.keys.all_partitions() if p not in self.owned]
-        answers = await _LOOK.run_per_node(
-            self.redis, [self._lease(p) for p in others], NODE_WAIT_S
-        )
+        calls = [self._lease(p) for p in others]
+        answers = await _LOOK.run_per_node(self.redis, calls, NODE_WAIT_S)
         return {
-            p: as_text(a)
+            p: UNSEEN if isinstance(a, Exception) else as_text(a)
             for p, a in zip(others, answers, strict=True)
-            if isinstance(a, bytes | str) and a
+            if isinstance(a, Exception) or a
         }
 
     def _tell_waiting(self, waiting: dict[str, list[int]], short: int) -> None:

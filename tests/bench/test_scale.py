@@ -234,15 +234,20 @@ def test_play_resumes_when_every_bot_game_in_play_moved_again() -> None:
     """The games in play at the kill are measured, each from its own next move (or end):
     not a partition's first move, which a game created after the kill could make while a
     game in play there still waits, and which a partition whose games had just ended
-    never makes. People's games are told apart: they move when the load offers."""
+    never makes. People's games are told apart: they move when the load offers. A game
+    whose end came before the kill, though the feeds were read after it, was not in play
+    (a kill-host run waited 60 s on one and reported play never resumed)."""
     in_play = {"b1": 0, "b2": 0, "b3": 1, "h1": 1}
     bots = {"b1", "b2", "b3"}
     killed = 10_000
     after = {"b1": 10_500, "b2": 13_000, "b3": 11_000, "h1": 25_000, "new": 10_100}
-    got = resumption(in_play, bots, after, killed, on_dead={1})
+    got = resumption(in_play, bots, after, killed, on_dead={1}, ended_at={})
     assert got["resumed_s"] == 3.0, got
     assert (got["resumed_dead_master_s"], got["resumed_survivors_s"]) == (1.0, 3.0)
     assert got["resumed_by_partition_s"] == {0: 3.0, 1: 1.0}
     assert (got["people_games_in_play"], got["people_resumed_s"]) == (1, 15.0)
-    waiting = resumption(in_play, bots, {"b1": 10_500}, killed, on_dead={1})
+    waiting = resumption(in_play, bots, {"b1": 10_500}, killed, on_dead={1}, ended_at={})
     assert waiting["resumed_s"] is None and waiting["bot_games_not_resumed"] == ["b2", "b3"]
+    ended = {"b2": 9_900, "b3": 12_000}  # b2 ended before the kill, b3 after
+    late = resumption(in_play, bots, {"b1": 10_500}, killed, on_dead={1}, ended_at=ended)
+    assert late["bot_games_not_resumed"] == ["b3"] and late["bot_games_in_play"] == 2

@@ -25,7 +25,7 @@ from schemas.events import GameCreated
 from services.bus import outages
 from services.bus.consumer import STRAYS_EVERY_S
 from services.bus.keys import ENGINE_GROUP, Keys
-from services.bus.ownership import LEASE_MS, RENEW_S, ROUND_S, Ownership, plan, share
+from services.bus.ownership import LEASE_MS, RENEW_S, ROUND_S, UNSEEN, Ownership, plan, share
 from services.bus.presence import ALIVE_MS, beat
 from services.cli.pipeline import ServiceSet, create_games, wait_until_ended
 from services.engine_service import EngineService, EventStore
@@ -90,6 +90,17 @@ def test_counts_are_even_and_only_a_joining_or_leaving_members_partitions_move()
         held = deal([*names[:3], names[4]], held)  # names[4] joins
         assert sorted(Counter(held.values()).values()) == [4, 4, 4, 4]
         assert all(before[p] == m for p, m in held.items() if m != names[4])
+
+
+def test_a_lease_whose_master_did_not_answer_is_not_dealt_as_free() -> None:
+    """The attack on a live member, seen in a kill-host run: B's look cannot read p's lease
+    (p's master is failing over), so nobody seems to hold p; B deals p to itself and, the
+    moment the replica answers with A's lease lapsed (A could not renew during the outage),
+    takes p from A, which then loses it (a handover for nothing)."""
+    a, b = "engine-a", "engine-b"
+    held = {p: a for p in [*range(7), 15]} | {p: b for p in range(8, 15)}  # b is one short
+    assert plan(range(16), [a, b], {**held, 7: UNSEEN}, b) == set(range(8, 15))
+    assert 7 in plan(range(16), [a, b], held, b), "a free partition was not dealt"
 
 
 async def test_two_members_split_the_partitions_and_a_third_takes_only_its_share(
