@@ -212,7 +212,11 @@ class Ownership:
 
     async def members(self) -> list[str]:
         """The kind's live members, this one among them. While the beats cannot be read,
-        and for a moment after (`Sight`), no member it knew is dropped. A member counts
+        and for a moment after (`Sight`), no member it knew is dropped; nor by a read that
+        one copy of the beats did not answer in time: the copy that did may be a replica
+        promoted a moment ago, holding the beats of everyone who has not beaten again
+        since as old as the failover (read alone, it made members take their peers'
+        partitions in a kill-host run). A member counts
         while its last beat is younger than a lease: one whose beats a starved host held
         back for over `ALIVE_MS` still renews its leases, and taking its share from it
         then only to hand it back costs both a handover; a dead one's leases lapse no
@@ -233,7 +237,8 @@ class Ownership:
             n for n, b in beats.items() if b.role == self.kind and alive(b, now, self.lease_ms)
         )
         fresh = answers.fresh((b.time for b in beats.values()), now)
-        if not self.sight.read(now, now - began, fresh) and self._members is not None:
+        judged = self.sight.read(now, now - began, fresh)
+        if (not judged or len(answers.answers) < answers.asked) and self._members is not None:
             live.update(self._members)
         self._members = sorted(live)
         return self._members

@@ -213,6 +213,27 @@ async def test_a_copy_of_the_beats_that_answers_alone_with_old_beats_judges_nobo
     assert await reader.dead_consumers({"engine-a", "engine-b"}) == {"engine-a", "engine-b"}
 
 
+async def test_a_member_keeps_its_peers_while_one_copy_of_the_beats_answers_alone(
+    cluster: tuple[RedisClusterProcesses, AgonCluster],
+) -> None:
+    """The copy that answers alone may be a replica promoted a moment ago: it holds the
+    beats of everyone who has not beaten again since as old as the failover, beside fresh
+    ones. Judged by it alone, a live peer was dead, and its partitions free to take (a
+    kill-host run: a dispatcher wanted every other member's partitions)."""
+    nodes, client = cluster
+    keys = Keys(prefix="promoted")
+    promoted, other = keys.processes(), keys.processes_copy()
+    await beat(client, keys, "engine-a", ENGINE_GROUP, ENGINE_GROUP)
+    await beat(client, keys, "engine-b", ENGINE_GROUP, ENGINE_GROUP)
+    b = Ownership(client, keys, ENGINE_GROUP, "engine-b")
+    assert await b.members() == ["engine-a", "engine-b"]
+    value = json.loads(beat_value(ENGINE_GROUP, ENGINE_GROUP))
+    await client.hset(promoted, "engine-a", json.dumps({**value, "time": now_ms() - 5_000}))
+    nodes.kill(port_of(client, other))
+    await beat(client, keys, "engine-b", ENGINE_GROUP, ENGINE_GROUP)  # b's own: fresh
+    assert await b.members() == ["engine-a", "engine-b"], "a peer dropped by one copy"
+
+
 async def test_a_bot_worker_answers_the_games_of_live_masters_and_holds_the_dead_ones(
     cluster: tuple[RedisClusterProcesses, AgonCluster],
 ) -> None:
