@@ -11,8 +11,9 @@ their partitions and Redis Cluster's masters their slots:
   each holds its count, one apart at most. What changes hands is only what a count asks
   for, as with Kafka's cooperative-sticky assignor: a member over its count gives up the
   partitions it ranks lowest; a member under it reads who holds each lease and takes free
-  ones, those no live member holds, dealt among the members short of theirs by
-  rendezvous hash (`plan`). A member that joins takes its count from the others, one
+  ones (no live member holds them, or their lease lapsed), dealt among the members short
+  of theirs: a lapsed one back to its holder where it has room, the rest by rendezvous
+  hash (`plan`). A member that joins takes its count from the others, one
   that leaves hands its partitions to the others, and every other partition stays where
   it is, unpaused. (Rendezvous hashing alone left a member of three with up to nine of
   sixteen partitions, and its host a backlog.)
@@ -108,8 +109,16 @@ return 0
 #: Who holds a lease whose master did not answer (`Ownership._look`): not free.
 UNSEEN = "?"
 
-# KEYS[1]: the lease. Who holds it, or held it last ('' once released).
-_LOOK = Script("return redis.call('HGET', KEYS[1], 'owner') or ''")
+# KEYS[1]: the lease. Who holds it, or held it last ('' once released), and 1 while it
+# holds it (0 once it lapsed).
+_LOOK = Script(
+    """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = redis.call('HMGET', KEYS[1], 'owner', 'expires')
+return {lease[1] or '', tonumber(lease[2] or '0') > now and 1 or 0}
+"""
+)
 
 
 def share(items: Iterable[str], members: Sequence[str], me: str) -> list[str]:
@@ -138,13 +147,19 @@ def targets(members: Sequence[str], partitions: int) -> dict[str, int]:
 
 
 def plan(
-    partitions: Sequence[int], members: Sequence[str], held: Mapping[int, str], me: str
+    partitions: Sequence[int],
+    members: Sequence[str],
+    held: Mapping[int, str],
+    me: str,
+    lapsed: Mapping[int, str] | None = None,
 ) -> set[int]:
     """The partitions `me` holds, given who holds which (`held`; a partition not there, or
     held by one neither among `members` nor `UNSEEN`, is free): over its count, its own it
     ranks highest; under it, its own and the free ones dealt to it. Free partitions go to the
-    members short of their count, each to the one that ranks it highest among those with
-    room: every member that reads the same leases deals them the same way."""
+    members short of their count: first a lease that lapsed (`lapsed`, by whom) to the
+    member that held it, which could not renew it (its master failing over) or gave it up
+    and its release did not land; then each to the member ranking it highest among those
+    with room. Every member that reads the same leases deals them the same way."""
     count = targets(members, len(partitions))
     mine = [p for p in partitions if held.get(p) == me]
     if len(mine) >= count[me]:
@@ -152,8 +167,10 @@ def plan(
     holding = Counter(held[p] for p in partitions if held.get(p) in count)
     room = {m: count[m] - holding[m] for m in members if count[m] > holding[m]}
     free = [p for p in partitions if held.get(p) not in count and held.get(p) != UNSEEN]
+    back = [(p, m) for p in free if (m := (lapsed or {}).get(p)) in room]
+    ranked = sorted(((_score(m, p), m, p) for m in room for p in free), reverse=True)
     dealt: set[int] = set()
-    for _, m, p in sorted(((_score(m, p), m, p) for m in room for p in free), reverse=True):
+    for p, m in [*back, *((p, m) for _, m, p in ranked)]:
         if room[m] > 0 and p not in dealt:
             room[m] -= 1
             dealt.add(p)
@@ -243,10 +260,17 @@ class Ownership:
         self._members = sorted(live)
         return self._members
 
-    def desired(self, members: Sequence[str], held: Mapping[int, str] | None = None) -> set[int]:
-        """The partitions this member holds among `members`, given who holds the others."""
+    def desired(
+        self,
+        members: Sequence[str],
+        held: Mapping[int, str] | None = None,
+        lapsed: Mapping[int, str] | None = None,
+    ) -> set[int]:
+        """The partitions this member holds among `members`, given who holds the others
+        (`plan`)."""
         mine = {p: self.member for p in self.owned}
-        return plan(self.keys.all_partitions(), members, {**(held or {}), **mine}, self.member)
+        partitions = self.keys.all_partitions()
+        return plan(partitions, members, {**(held or {}), **mine}, self.member, lapsed)
 
     async def round(self) -> Change:
         """Renew what is held and still this member's, give up what its count does not ask
@@ -254,8 +278,8 @@ class Ownership:
         self.due_s = None  # a round that fails waits a whole period, never spins
         members = await self.members()
         count = targets(members, len(self.keys.all_partitions()))[self.member]
-        holders = await self._look() if len(self.owned) < count else {}
-        want = self.wanted = self.desired(members, holders)
+        holders, lapsed = await self._look() if len(self.owned) < count else ({}, {})
+        want = self.wanted = self.desired(members, holders, lapsed)
         change = Change()
         giving = sorted(set(self.owned) - want)
         for p in giving:
@@ -301,18 +325,22 @@ class Ownership:
         self._tell_waiting(waiting, count - len(want))
         return change
 
-    async def _look(self) -> dict[int, str]:
-        """Who holds each partition this member does not; `UNSEEN` where its master did not
-        answer in time. Such a master is failing over: its holder cannot renew meanwhile,
-        and whoever dealt it as free would take it from its holder when it answers."""
+    async def _look(self) -> tuple[dict[int, str], dict[int, str]]:
+        """Who holds each partition this member does not, and who held those whose lease
+        lapsed; `UNSEEN` holds those whose master did not answer in time. Such a master is
+        failing over: its holder cannot renew meanwhile, and whoever dealt it as free would
+        take it from its holder when it answers."""
         others = [p for p in self.keys.all_partitions() if p not in self.owned]
         calls = [self._lease(p) for p in others]
         answers = await _LOOK.run_per_node(self.redis, calls, NODE_WAIT_S)
-        return {
-            p: UNSEEN if isinstance(a, Exception) else as_text(a)
-            for p, a in zip(others, answers, strict=True)
-            if isinstance(a, Exception) or a
-        }
+        held: dict[int, str] = {}
+        lapsed: dict[int, str] = {}
+        for p, answer in zip(others, answers, strict=True):
+            if isinstance(answer, Exception):
+                held[p] = UNSEEN
+            elif owner := as_text(answer[0]):
+                (held if int(answer[1]) else lapsed)[p] = owner
+        return held, lapsed
 
     def _tell_waiting(self, waiting: dict[str, list[int]], short: int) -> None:
         """Say which partitions this member wants and could not take, and why, and how many

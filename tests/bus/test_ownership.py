@@ -103,6 +103,37 @@ def test_a_lease_whose_master_did_not_answer_is_not_dealt_as_free() -> None:
     assert 7 in plan(range(16), [a, b], held, b), "a free partition was not dealt"
 
 
+def test_a_lapsed_lease_goes_back_to_its_holder_where_it_has_room() -> None:
+    """After a failover a live member's lease has lapsed (it could not renew while the
+    master was away): a member short of its count must not take it before its holder
+    renews it. A lapsed lease of a member at its count (it gave the partition up, and the
+    release did not land) goes to a member short of theirs."""
+    a, b = "engine-a0", "engine-b"  # b ranks partition 7 above a
+    held = {p: a for p in range(7)} | {p: b for p in range(8, 15)}
+    assert plan(range(16), [a, b], held, b) == set(range(8, 15)) | {7}
+    assert plan(range(16), [a, b], held, b, lapsed={7: a}) == set(range(8, 16))
+    held = {p: a for p in range(8)} | {p: b for p in range(8, 15)}
+    assert plan(range(16), [a, b], held, b, lapsed={15: a}) == set(range(8, 16))
+
+
+async def test_a_partition_whose_release_did_not_land_goes_to_a_member_short_of_its_count(
+    redis: aioredis.Redis, namespace: str
+) -> None:
+    """A member over its count gives a partition up and the release does not land (its
+    master too slow, or a failover lost it): the lease still names it, lapsed, while it
+    no longer counts it. Read as its, the partition stayed unowned for good, and the
+    member short of it read every lease every round."""
+    keys = Keys(prefix=namespace)
+    (a,) = await members(redis, keys, "engine-a")
+    await a.round()  # alone, a holds every partition
+    (b,) = await members(redis, keys, "engine-b")
+    await a.round()  # a gives half up
+    p = min(set(keys.all_partitions()) - set(a.owned))
+    await redis.hset(keys.lease(p, ENGINE_GROUP), mapping={"owner": "engine-a", "expires": 0})
+    await settled([a, b])
+    assert p in b.owned and len(b.owned) == len(a.owned) == 8
+
+
 async def test_two_members_split_the_partitions_and_a_third_takes_only_its_share(
     redis: aioredis.Redis, namespace: str
 ) -> None:
