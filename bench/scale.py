@@ -1157,7 +1157,7 @@ class Run:
         report: dict[str, Any] = {"host": victim.name, "slots_served_s": served_s, **resumed}
         self.say(
             f"{bed.label}: slots served again after {served_s} s, every bot game in play"
-            f" ({len(bots)}) moved again after {report['resumed_s']} s"
+            f" ({report['bot_games_in_play']}) moved again after {report['resumed_s']} s"
         )
         before = len(feeds.tracker.moves)
         await self._sleep(AFTER_KILL_S, tasks)

@@ -451,8 +451,9 @@ class StreamConsumer:
                 await self.reader.leave()
 
     async def rebalance(self) -> None:
-        """Renew this member's leases, take its share where free, give up the rest, and
-        read what it owns; claim what others left pending there."""
+        """Renew this member's leases, give up what is over its count, take the free
+        partitions dealt to it where it is short (`Ownership.round`), and read what it
+        owns; claim what others left pending there."""
         assert self.ownership is not None and self.partition_streams is not None
         change = await self.ownership.round()
         streams = [self.partition_streams[p] for p in self.partitions()]

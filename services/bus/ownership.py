@@ -13,13 +13,13 @@ their partitions and Redis Cluster's masters their slots:
   partitions it ranks lowest; a member under it reads who holds each lease and takes free
   ones (no live member holds them, or their lease lapsed), dealt among the members short
   of theirs: a lapsed one back to its holder where it has room, the rest by rendezvous
-  hash (`plan`). A member that joins takes its count from the others, one
-  that leaves hands its partitions to the others, and every other partition stays where
-  it is, unpaused. (Rendezvous hashing alone left a member of three with up to nine of
-  sixteen partitions, and its host a backlog.)
+  hash (`plan`). A member that joins takes its count from the others, one that leaves
+  hands its partitions to the others, and every other partition stays where it is,
+  unpaused. (Rendezvous hashing alone left a member of three with up to nine of sixteen
+  partitions, and its host a backlog.)
 - **Leases.** A partition's lease (`Keys.lease`, in the partition's hash slot) names its
   owner until `expires`, on Redis's clock; the owner renews it every `RENEW_S`. A member
-  gives up what is no longer its share by releasing it; a lease not renewed for
+  gives up what is over its count by releasing it; a lease not renewed for
   `LEASE_MS` frees itself, so a dead member's partitions move within two seconds. A
   round renews only the leases last renewed `RENEW_S` ago or more (every round after
   that until one answers): renewing every lease every round was half of an idle
@@ -36,8 +36,8 @@ their partitions and Redis Cluster's masters their slots:
 - **Another host's death.** A round waits at most `BEATS_WAIT_S` for the beats and
   `NODE_WAIT_S` for each master's leases, so a master that died holds back none of the
   renewals on the others; a lease it holds stays held (its epoch fences it) until it
-  answers again or its replica took over. A partition taken or given up drops only its own
-  games from the member's caches.
+  answers again or its replica took over, and no look deals it meanwhile (`UNSEEN`). A
+  partition taken or given up drops only its own games from the member's caches.
 """
 
 from __future__ import annotations
@@ -121,6 +121,11 @@ return {lease[1] or '', tonumber(lease[2] or '0') > now and 1 or 0}
 )
 
 
+def _score(member: str, item: int | str) -> tuple[int, str]:
+    """How highly `member` ranks `item` (rendezvous hashing)."""
+    return zlib.crc32(f"{member}|{item}".encode()), member
+
+
 def share(items: Iterable[str], members: Sequence[str], me: str) -> list[str]:
     """The items `me` owns among `members`: those whose highest (member, item) hash is its.
 
@@ -128,14 +133,10 @@ def share(items: Iterable[str], members: Sequence[str], me: str) -> list[str]:
     """
     mine = []
     for item in items:
-        owner = max(members, key=lambda m: (zlib.crc32(f"{m}|{item}".encode()), m))
+        owner = max(members, key=lambda m: _score(m, item))
         if owner == me:
             mine.append(item)
     return mine
-
-
-def _score(member: str, partition: int) -> tuple[int, str]:
-    return zlib.crc32(f"{member}|{partition}".encode()), member
 
 
 def targets(members: Sequence[str], partitions: int) -> dict[str, int]:
@@ -220,7 +221,8 @@ class Ownership:
         self._waiting: list[tuple[str, tuple[int, ...]]] = []
         #: when each lease held was last renewed (or taken), on the event loop's clock
         self._renewed: dict[int, float] = {}
-        #: the partitions the last round wanted to hold
+        #: how many partitions the last round found this member's, and which it wanted
+        self.count = 0
         self.wanted: set[int] = set()
 
     def epoch(self, p: int) -> int:
@@ -229,11 +231,8 @@ class Ownership:
 
     async def members(self) -> list[str]:
         """The kind's live members, this one among them. While the beats cannot be read,
-        and for a moment after (`Sight`), no member it knew is dropped; nor by a read that
-        one copy of the beats did not answer in time: the copy that did may be a replica
-        promoted a moment ago, holding the beats of everyone who has not beaten again
-        since as old as the failover (read alone, it made members take their peers'
-        partitions in a kill-host run). A member counts
+        or only other copies of them than before, and for a moment after (`Sight`), no
+        member it knew is dropped. A member counts
         while its last beat is younger than a lease: one whose beats a starved host held
         back for over `ALIVE_MS` still renews its leases, and taking its share from it
         then only to hand it back costs both a handover; a dead one's leases lapse no
@@ -254,8 +253,8 @@ class Ownership:
             n for n, b in beats.items() if b.role == self.kind and alive(b, now, self.lease_ms)
         )
         fresh = answers.fresh((b.time for b in beats.values()), now)
-        judged = self.sight.read(now, now - began, fresh)
-        if (not judged or len(answers.answers) < answers.asked) and self._members is not None:
+        judged = self.sight.read(now, now - began, fresh, answers.alone)
+        if not judged and self._members is not None:
             live.update(self._members)
         self._members = sorted(live)
         return self._members
@@ -277,7 +276,7 @@ class Ownership:
         for, take free partitions where it is short; what changed."""
         self.due_s = None  # a round that fails waits a whole period, never spins
         members = await self.members()
-        count = targets(members, len(self.keys.all_partitions()))[self.member]
+        count = self.count = targets(members, len(self.keys.all_partitions()))[self.member]
         holders, lapsed = await self._look() if len(self.owned) < count else ({}, {})
         want = self.wanted = self.desired(members, holders, lapsed)
         change = Change()
@@ -348,7 +347,7 @@ class Ownership:
         so (a handover or a failover; a line per change)."""
         told = sorted((why, tuple(ps)) for why, ps in waiting.items())
         if short > 0:
-            told.append((f"{short} more held by members over their count", ()))
+            told.append((f"{short} more held by members over their count, or unseen", ()))
         if told != self._waiting and told:
             reasons = "; ".join(f"{list(ps)}: {why[:100]}" if ps else why for why, ps in told)
             log.info("%s: partitions not taken yet: %s", self.member, reasons)

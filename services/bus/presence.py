@@ -122,19 +122,29 @@ class Sight:
     def __init__(self) -> None:
         self.blind = False
         self.settled_at = 0
+        #: the copies that answered the last read, when not all did
+        self.alone: frozenset[int] | None = None
 
     def failed(self) -> None:
         """A read of the beats failed (Redis away)."""
         self.blind = True
 
-    def read(self, now: int, took_ms: int = 0, fresh: bool = True) -> bool:
+    def read(
+        self, now: int, took_ms: int = 0, fresh: bool = True, alone: frozenset[int] | None = None
+    ) -> bool:
         """The beats were read at `now`, in `took_ms`: whether they may say who is dead. A
         read that took half of `ALIVE_MS` or longer waited out an outage: as blind; so is
-        one that is not `fresh` (`Answers.fresh`)."""
+        one that is not `fresh` (`Answers.fresh`). So is a read that only some copies
+        answered (`Answers.alone`), when others did before: the one that answered may be a
+        replica promoted a moment ago, holding everyone's beats as old as the failover
+        beside a few fresh ones (read alone, it made a kill-host run's dispatcher find its
+        live peers dead, and a bot worker claim live workers' turns). Once the live have
+        beaten into it, it may judge alone."""
+        before, self.alone = self.alone, alone
         if not fresh:
             self.blind = True
             return False
-        if self.blind or took_ms >= ALIVE_MS // 2:
+        if self.blind or took_ms >= ALIVE_MS // 2 or (alone is not None and alone != before):
             self.blind, self.settled_at = False, now + SETTLE_MS
         return now >= self.settled_at
 
@@ -167,6 +177,13 @@ class Answers:
     answers: list[Any]
     #: how many copies were asked
     asked: int
+    #: which of them answered (their places among the keys asked)
+    answered: tuple[int, ...] = ()
+
+    @property
+    def alone(self) -> frozenset[int] | None:
+        """The copies that answered when not all did (None when all did)."""
+        return None if len(self.answers) >= self.asked else frozenset(self.answered)
 
     def fresh(self, times: Iterable[int], now: int) -> bool:
         """Whether beats (their `times`) read from these answers may say who is dead: every
@@ -185,7 +202,7 @@ async def ask_each(redis: Client, keys: Sequence[str], command: str, *args: Any)
     for call in calls:  # one left behind (this read cancelled, or given up) fails unreported
         call.add_done_callback(seen)
     if len(calls) == 1:
-        return Answers([await calls[0]], 1)
+        return Answers([await calls[0]], 1, (0,))
     pending: set[asyncio.Future[Any]] = set(calls)
     try:
         while pending:
@@ -201,10 +218,10 @@ async def ask_each(redis: Client, keys: Sequence[str], command: str, *args: Any)
     for error in errors:
         if not isinstance(error, TRANSIENT_ERRORS):
             raise error
-    good = [f.result() for f in calls if f.done() and not f.cancelled() and not f.exception()]
+    good = [i for i, f in enumerate(calls) if f.done() and not f.cancelled() and not f.exception()]
     if not good:
         raise errors[0] if errors else TimeoutError("no copy of the beats answered")
-    return Answers(good, len(calls))
+    return Answers([calls[i].result() for i in good], len(calls), tuple(good))
 
 
 async def on_each(redis: Client, keys: Sequence[str], command: str, *args: Any) -> list[Any]:

@@ -184,6 +184,12 @@ async def test_the_beats_outlive_the_master_that_holds_one_copy(
     await beat(client, keys, "engine-b", "engine", "engine")  # one copy takes it
     assert {"engine-a", "engine-b"} <= set(await processes(client, keys))
     reader = GroupReader(client, [], "g", "c", heartbeats=beat_keys(client, keys))
+    # One copy answers where both did: the reader waits for the live to beat into it ...
+    assert await reader.dead_consumers({"engine-a", "engine-b", "gone"}) == set()
+    await asyncio.sleep(SETTLE_MS / 1000)
+    await beat(client, keys, "engine-a", "engine", "engine")
+    await beat(client, keys, "engine-b", "engine", "engine")
+    # ... and then judges by it alone.
     assert await reader.dead_consumers({"engine-a", "engine-b", "gone"}) == {"gone"}
 
 
@@ -218,8 +224,9 @@ async def test_a_member_keeps_its_peers_while_one_copy_of_the_beats_answers_alon
 ) -> None:
     """The copy that answers alone may be a replica promoted a moment ago: it holds the
     beats of everyone who has not beaten again since as old as the failover, beside fresh
-    ones. Judged by it alone, a live peer was dead, and its partitions free to take (a
-    kill-host run: a dispatcher wanted every other member's partitions)."""
+    ones. Judged by it alone at once, a live peer was dead, and its partitions free to take
+    (a kill-host run: a dispatcher wanted every other member's partitions), or its turns
+    (a bot worker claimed two live workers' turns)."""
     nodes, client = cluster
     keys = Keys(prefix="promoted")
     promoted, other = keys.processes(), keys.processes_copy()
@@ -232,6 +239,13 @@ async def test_a_member_keeps_its_peers_while_one_copy_of_the_beats_answers_alon
     nodes.kill(port_of(client, other))
     await beat(client, keys, "engine-b", ENGINE_GROUP, ENGINE_GROUP)  # b's own: fresh
     assert await b.members() == ["engine-a", "engine-b"], "a peer dropped by one copy"
+    reader = GroupReader(client, [], "g", "engine-b", heartbeats=beat_keys(client, keys))
+    assert await reader.dead_consumers({"engine-a"}) == set(), "a live consumer judged dead"
+    # Once the live have beaten into it, the copy judges alone: not for ever a member.
+    await asyncio.sleep(SETTLE_MS / 1000)
+    await beat(client, keys, "engine-b", ENGINE_GROUP, ENGINE_GROUP)
+    assert await b.members() == ["engine-b"]
+    assert await reader.dead_consumers({"engine-a"}) == {"engine-a"}
 
 
 async def test_a_bot_worker_answers_the_games_of_live_masters_and_holds_the_dead_ones(

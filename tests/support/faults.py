@@ -276,7 +276,7 @@ async def hold_share(ownership: Ownership, within_s: float = 10.0) -> None:
     `NODE_WAIT_S`, and the first one there loads the script too)."""
     async with asyncio.timeout(within_s):
         await ownership.round()
-        while set(ownership.owned) != ownership.wanted:
+        while len(ownership.owned) < ownership.count or set(ownership.owned) != ownership.wanted:
             await asyncio.sleep(0.05)  # not a spin on Redis while another's lease runs out
             await ownership.round()
 
