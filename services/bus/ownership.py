@@ -277,8 +277,14 @@ class Ownership:
         self.due_s = None  # a round that fails waits a whole period, never spins
         members = await self.members()
         count = self.count = targets(members, len(self.keys.all_partitions()))[self.member]
-        holders, lapsed = await self._look() if len(self.owned) < count else ({}, {})
-        want = self.wanted = self.desired(members, holders, lapsed)
+        began = asyncio.get_running_loop().time()
+        due = [p for p in sorted(self.owned) if began - self._renewed.get(p, 0) >= RENEW_S]
+        early: list[Any] | None = None
+        if len(self.owned) < count:  # short: it keeps all it holds, renewed beside the look
+            (holders, lapsed), early = await asyncio.gather(self._look(), self._renew(due))
+            want = self.wanted = self.desired(members, holders, lapsed)
+        else:
+            want = self.wanted = self.desired(members)
         change = Change()
         giving = sorted(set(self.owned) - want)
         for p in giving:
@@ -287,15 +293,12 @@ class Ownership:
         if giving:
             calls = [self._lease(p, self.member) for p in giving]
             await _RELEASE.run_per_node(self.redis, calls, NODE_WAIT_S)
-        began = asyncio.get_running_loop().time()
-        renewing = sorted(
-            p for p in want & set(self.owned) if began - self._renewed.get(p, 0) >= RENEW_S
-        )
+        renewing = [p for p in due if p in want]
         taking = sorted(want - set(self.owned))
-        renewed, took = await asyncio.gather(
-            _TAKE.run_per_node(self.redis, self._leases(renewing), NODE_WAIT_S),
-            self._take(taking),
-        )
+        if early is None:
+            renewed, took = await asyncio.gather(self._renew(renewing), self._take(taking))
+        else:
+            renewed, took = early, await self._take(taking)
         due_ms: int | None = None
         waiting: dict[str, list[int]] = {}  # why, and the partitions wanted and not taken
         for p, answer in zip([*renewing, *taking], [*renewed, *took], strict=True):
@@ -374,13 +377,16 @@ class Ownership:
     def _leases(self, partitions: Sequence[int]) -> list[Call]:
         return [self._lease(p, self.member, self.lease_ms) for p in partitions]
 
+    async def _renew(self, partitions: Sequence[int]) -> list[Any]:
+        return await _TAKE.run_per_node(self.redis, self._leases(partitions), NODE_WAIT_S)
+
     async def _take(self, partitions: Sequence[int]) -> list[Any]:
         """TAKE each of `partitions`; on a replicated Redis an epoch the replicas did not
         confirm counts as unanswered (the next round asks again: the lease is this
         member's by then, the same epoch comes back)."""
         calls = self._leases(partitions)
         if not calls or not self.replicas:
-            return await _TAKE.run_per_node(self.redis, calls, NODE_WAIT_S)
+            return await self._renew(partitions)
         # Each master on its own: one that died holds back no take on the others.
         try:
             answers = await _TAKE.run_replicated(
