@@ -253,7 +253,7 @@ class Ownership:
             n for n, b in beats.items() if b.role == self.kind and alive(b, now, self.lease_ms)
         )
         fresh = answers.fresh((b.time for b in beats.values()), now)
-        judged = self.sight.read(now, now - began, fresh, answers.alone)
+        judged = self.sight.read(now, now - began, fresh, answers)
         if not judged and self._members is not None:
             live.update(self._members)
         self._members = sorted(live)

@@ -122,30 +122,34 @@ class Sight:
     def __init__(self) -> None:
         self.blind = False
         self.settled_at = 0
-        #: the copies that answered the last read, when not all did
-        self.alone: frozenset[int] | None = None
+        #: since when each copy has answered every read (a copy that missed one starts anew)
+        self.since: dict[int, int] = {}
 
     def failed(self) -> None:
         """A read of the beats failed (Redis away)."""
         self.blind = True
 
     def read(
-        self, now: int, took_ms: int = 0, fresh: bool = True, alone: frozenset[int] | None = None
+        self, now: int, took_ms: int = 0, fresh: bool = True, answers: Answers | None = None
     ) -> bool:
         """The beats were read at `now`, in `took_ms`: whether they may say who is dead. A
         read that took half of `ALIVE_MS` or longer waited out an outage: as blind; so is
-        one that is not `fresh` (`Answers.fresh`). So is a read that only some copies
-        answered (`Answers.alone`), when others did before: the one that answered may be a
-        replica promoted a moment ago, holding everyone's beats as old as the failover
-        beside a few fresh ones (read alone, it made a kill-host run's dispatcher find its
-        live peers dead, and a bot worker claim live workers' turns). Once the live have
-        beaten into it, it may judge alone."""
-        before, self.alone = self.alone, alone
+        one that is not `fresh` (`Answers.fresh`). A read that only some copies answered
+        (`Answers.alone`) judges only once those copies have answered every read for
+        `SETTLE_MS`: a copy back from an outage may be a replica promoted a moment ago,
+        holding everyone's beats as old as the failover beside a few fresh ones (read
+        alone, it made a kill-host run's dispatcher find its live peers dead, and a bot
+        worker claim live workers' turns); by then the live have beaten into it."""
+        if answers is not None:
+            self.since = {i: self.since.get(i, now) for i in answers.answered}
         if not fresh:
             self.blind = True
             return False
-        if self.blind or took_ms >= ALIVE_MS // 2 or (alone is not None and alone != before):
+        if self.blind or took_ms >= ALIVE_MS // 2:
             self.blind, self.settled_at = False, now + SETTLE_MS
+        alone = None if answers is None else answers.alone
+        if alone is not None and any(now - self.since[i] < SETTLE_MS for i in alone):
+            return False
         return now >= self.settled_at
 
 

@@ -448,7 +448,7 @@ class GroupReader:
         beats = [[Beat.parse(raw) for raw in raws] for raws in zip(*copies.answers, strict=True)]
         times = (b.time for row in beats for b in row if b is not None)
         fresh = copies.fresh(times, now)
-        if not self.sight.read(now, now - began, fresh, copies.alone):
+        if not self.sight.read(now, now - began, fresh, copies):
             return set()
         return {
             name

@@ -42,6 +42,7 @@ from services.bus.ownership import Ownership
 from services.bus.presence import (
     ALIVE_MS,
     SETTLE_MS,
+    Answers,
     Sight,
     beat,
     beat_keys,
@@ -168,6 +169,28 @@ def test_nobody_is_judged_dead_right_after_the_beats_come_back() -> None:
     # A read that hung through the outage instead of failing counts as blind too.
     assert not sight.read(9_000, took_ms=ALIVE_MS)
     assert sight.read(9_000 + SETTLE_MS, took_ms=1)
+
+
+def test_a_copy_that_answers_alone_judges_once_it_has_answered_every_read_for_a_settle() -> None:
+    """A copy back from an outage may be a replica promoted a moment ago, holding the beats
+    of everyone who has not beaten again since as old as the failover: alone, it judges
+    only once it has answered every read for `SETTLE_MS`. A copy that answered all along
+    judges alone at once, however the other comes and goes (at a whole CPU quota it often
+    answers after the grace): a settle at each such read would leave the dead unjudged."""
+    both, first, second = (
+        Answers([{}, {}], 2, (0, 1)),
+        Answers([{}], 2, (0,)),
+        Answers([{}], 2, (1,)),
+    )
+    sight = Sight()
+    assert sight.read(0, answers=both)  # every copy answered: judged at once
+    assert not sight.read(100, answers=first)  # copy 0 has answered for 100 ms only
+    assert sight.read(SETTLE_MS, answers=first)
+    assert sight.read(SETTLE_MS + 100, answers=both)
+    assert sight.read(SETTLE_MS + 200, answers=first)  # the other flaps: still judged
+    assert not sight.read(SETTLE_MS + 300, answers=second)  # copy 1 missed the last read
+    assert not sight.read(2 * SETTLE_MS + 299, answers=second)
+    assert sight.read(2 * SETTLE_MS + 300, answers=second)
 
 
 async def test_the_beats_outlive_the_master_that_holds_one_copy(
