@@ -84,13 +84,13 @@ from bench.gateway import KeepAlive, address_of
 from bench.load import Tracker, engine_counts, group_lag, parse_counts, take
 from bench.measure import cpu_seconds, quantile, raise_open_files
 from engine import State, load_game
-from schemas.codec import FIELD_BYTES, unpack
+from schemas.codec import FIELD_BYTES, decode_turn, unpack
 from schemas.tokens import new_secret
 from services.bus.clients import log_entries
 from services.bus.connection import Client, connect
 from services.bus.embedded import _die_with_parent, find_redis_server
-from services.bus.keys import Keys
-from services.bus.text import id_ms, now_ms
+from services.bus.keys import WORKERS_GROUP, Keys
+from services.bus.text import as_text, id_ms, now_ms
 from services.cli.options import UsageError
 
 SUBNET = "10.77.0"
@@ -992,6 +992,35 @@ def resumption(
     }
 
 
+async def stuck(redis: Client, keys: Keys, games: list[str], since_ms: int) -> dict[str, Any]:
+    """Where each of `games` (bot games that did not move again) waits: its log's last
+    events (type, seq, ms from `since_ms`), its clocks (member, due ms from `since_ms`), and
+    its turns pending in the bot's inbox (consumer, ms idle, deliveries)."""
+    rows: Any = await redis.xpending_range(keys.bot_turns(BOT), WORKERS_GROUP, "-", "+", 1000)
+    turns: dict[str, list[Any]] = {}
+    for row in rows:
+        entries: Any = await redis.xrange(keys.bot_turns(BOT), row["message_id"], row["message_id"])
+        for _, fields in entries:
+            turn = decode_turn(fields[FIELD_BYTES])
+            turns.setdefault(turn.game_id, []).append(
+                (as_text(row["consumer"]), row["time_since_delivered"], row["times_delivered"])
+            )
+    out: dict[str, Any] = {}
+    for g in games:
+        tail: Any = await redis.xrevrange(keys.log(g), count=2)
+        clocks: Any = await redis.zrange(keys.clocks(keys.partition(g)), 0, -1, withscores=True)
+        events = [unpack(fields[FIELD_BYTES]) for _, fields in tail]
+        out[g] = {
+            "partition": keys.partition(g),
+            "tail": [(e["type"], e["seq"], e["time"] - since_ms) for e in events],
+            "clocks": [
+                (as_text(m), int(t) - since_ms) for m, t in clocks if as_text(m).startswith(g)
+            ],
+            "turns_pending": turns.get(g, []),
+        }
+    return out
+
+
 # -- one host count: the measured run ----------------------------------------------------------
 @dataclass
 class Run:
@@ -1155,6 +1184,7 @@ class Run:
                 break
             await asyncio.sleep(0.05)
         report: dict[str, Any] = {"host": victim.name, "slots_served_s": served_s, **resumed}
+        report["stuck"] = await stuck(redis, keys, resumed["bot_games_not_resumed"], killed_ms)
         self.say(
             f"{bed.label}: slots served again after {served_s} s, every bot game in play"
             f" ({report['bot_games_in_play']}) moved again after {report['resumed_s']} s"

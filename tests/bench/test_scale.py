@@ -29,10 +29,12 @@ from typing import Any
 import aiohttp
 import pytest
 import redis as redis_sync
+import redis.asyncio as aioredis
 
 from bench.cluster import TOTAL_SLOTS, slot_ranges
 from bench.fleet import Fleet
 from bench.scale import (
+    BOT,
     CGROUP,
     CPU_ROOT,
     CPUACCT_ROOT,
@@ -44,12 +46,18 @@ from bench.scale import (
     print_scale_table,
     resumption,
     run_scale_bench,
+    stuck,
     with_efficiency,
 )
-from schemas.codec import FIELD_BYTES, unpack
+from schemas.codec import FIELD, FIELD_BYTES, encode, unpack
+from schemas.turns import TurnRequest
 from services.bus.embedded import EmbeddedRedis
-from services.bus.keys import Keys
+from services.bus.keys import WORKERS_GROUP, Keys
+from services.bus.reader import ensure_group
+from services.bus.text import now_ms
 from services.cli import main as agon
+from services.cli.pipeline import create_games
+from services.engine_service import EngineService
 from tests.support.procs import processes_with
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -251,3 +259,30 @@ def test_play_resumes_when_every_bot_game_in_play_moved_again() -> None:
     ended = {"b2": 9_900, "b3": 12_000}  # b2 ended before the kill, b3 after
     late = resumption(in_play, bots, {"b1": 10_500}, killed, on_dead={1}, ended_at=ended)
     assert late["bot_games_not_resumed"] == ["b3"] and late["bot_games_in_play"] == 2
+
+
+async def test_a_game_that_did_not_move_again_is_shown_where_it_waits(
+    redis: aioredis.Redis, namespace: str
+) -> None:
+    """A kill-host run waited 60 s on one bot game that did not move again, and said no
+    more: the report now shows, for each such game, its log's last events, its clocks and
+    its turns pending in the bot's inbox, with whom."""
+    keys = Keys(prefix=namespace)
+    [gid] = await create_games(redis, keys, [("teeko", {})], 1, [BOT, BOT])
+    await EngineService(redis, keys).drain()
+    since = now_ms()
+    p = keys.partition(gid)
+    await redis.zadd(keys.clocks(p), {f"{gid}|1|took": since + 2000, "other|1": since})
+    turn = TurnRequest(
+        game_id=gid, game="teeko", options={}, moves=[], seq=1, seat=1, colour=1, bot=BOT,
+        token="t",
+    )  # fmt: skip
+    await ensure_group(redis, keys.bot_turns(BOT), WORKERS_GROUP)
+    await redis.xadd(keys.bot_turns(BOT), {FIELD: encode(turn)})
+    await redis.xreadgroup(WORKERS_GROUP, "worker-1", {keys.bot_turns(BOT): ">"})
+    shown = (await stuck(redis, keys, [gid], since))[gid]
+    assert shown["partition"] == p
+    head = unpack((await redis.xrevrange(keys.log(gid), count=1))[0][1][FIELD_BYTES])
+    assert shown["tail"][0][:2] == (head["type"], head["seq"])
+    assert shown["clocks"] == [(f"{gid}|1|took", 2000)]
+    assert [(c, n) for c, _, n in shown["turns_pending"]] == [("worker-1", 1)]
