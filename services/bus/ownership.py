@@ -231,12 +231,12 @@ class Ownership:
 
     async def members(self) -> list[str]:
         """The kind's live members, this one among them. While the beats cannot be read,
-        or only other copies of them than before, and for a moment after (`Sight`), no
-        member it knew is dropped. A member counts
-        while its last beat is younger than a lease: one whose beats a starved host held
-        back for over `ALIVE_MS` still renews its leases, and taking its share from it
-        then only to hand it back costs both a handover; a dead one's leases lapse no
-        sooner anyway. Of every process's beat, only the kind's own are parsed."""
+        or only by copies that have not answered for long (`Sight`), and for a moment
+        after, no member it knew is dropped. A member counts while its last beat is
+        younger than a lease: one whose beats a starved host held back for over
+        `ALIVE_MS` still renews its leases, and taking its partitions from it then only to
+        hand them back costs both a handover; a dead one's leases lapse no sooner anyway.
+        Of every process's beat, only the kind's own are parsed."""
         began, copies = now_ms(), beat_keys(self.redis, self.keys)
         try:
             async with asyncio.timeout(BEATS_WAIT_S):
@@ -297,8 +297,9 @@ class Ownership:
         taking = sorted(want - set(self.owned))
         if early is None:
             renewed, took = await asyncio.gather(self._renew(renewing), self._take(taking))
-        else:
-            renewed, took = early, await self._take(taking)
+        else:  # (a look that found more leases naming it than it counted may drop some)
+            renewed_early = dict(zip(due, early, strict=True))
+            renewed, took = [renewed_early[p] for p in renewing], await self._take(taking)
         due_ms: int | None = None
         waiting: dict[str, list[int]] = {}  # why, and the partitions wanted and not taken
         for p, answer in zip([*renewing, *taking], [*renewed, *took], strict=True):

@@ -134,6 +134,24 @@ async def test_a_partition_whose_release_did_not_land_goes_to_a_member_short_of_
     assert p in b.owned and len(b.owned) == len(a.owned) == 8
 
 
+async def test_a_short_member_whose_look_finds_more_leases_naming_it_keeps_its_count(
+    redis: aioredis.Redis, namespace: str
+) -> None:
+    """Takes whose answers were lost leave leases naming a member that does not count them.
+    Short of its count, it renews what it holds beside its look, and the look finds those
+    leases too, more than its count: it keeps those it ranks highest and gives up the rest
+    (a renewal answered for a partition it then gave up once failed the round)."""
+    keys = Keys(prefix=namespace)
+    (a,) = await members(redis, keys, "engine-a")
+    await a.round()  # alone, a holds every partition
+    for p in sorted(a.owned)[6:]:
+        del a.owned[p]  # its take's answer lost: the lease names a, a does not count it
+    await members(redis, keys, "engine-b")  # a's count is 8 now
+    await asyncio.sleep(RENEW_S)  # what a holds is due for renewal
+    await a.round()
+    assert len(a.owned) == a.count == 8
+
+
 async def test_two_members_split_the_partitions_and_a_third_takes_only_its_share(
     redis: aioredis.Redis, namespace: str
 ) -> None:
