@@ -84,12 +84,13 @@ from bench.gateway import KeepAlive, address_of
 from bench.load import Tracker, engine_counts, group_lag, parse_counts, take
 from bench.measure import cpu_seconds, quantile, raise_open_files
 from engine import State, load_game
-from schemas.codec import FIELD_BYTES, decode_turn, unpack
+from schemas.codec import FIELD_BYTES, unpack
 from schemas.tokens import new_secret
 from services.bus.clients import log_entries
 from services.bus.connection import Client, connect
+from services.bus.delivery import pending_turns
 from services.bus.embedded import _die_with_parent, find_redis_server
-from services.bus.keys import WORKERS_GROUP, Keys
+from services.bus.keys import Keys
 from services.bus.text import as_text, id_ms, now_ms
 from services.cli.options import UsageError
 
@@ -996,15 +997,13 @@ async def stuck(redis: Client, keys: Keys, games: list[str], since_ms: int) -> d
     """Where each of `games` (bot games that did not move again) waits: its log's last
     events (type, seq, ms from `since_ms`), its clocks (member, due ms from `since_ms`), and
     its turns pending in the bot's inbox (consumer, ms idle, deliveries)."""
-    rows: Any = await redis.xpending_range(keys.bot_turns(BOT), WORKERS_GROUP, "-", "+", 1000)
+    if not games:
+        return {}
     turns: dict[str, list[Any]] = {}
-    for row in rows:
-        entries: Any = await redis.xrange(keys.bot_turns(BOT), row["message_id"], row["message_id"])
-        for _, fields in entries:
-            turn = decode_turn(fields[FIELD_BYTES])
-            turns.setdefault(turn.game_id, []).append(
-                (as_text(row["consumer"]), row["time_since_delivered"], row["times_delivered"])
-            )
+    for turn, row in await pending_turns(redis, keys, BOT, 1000):
+        turns.setdefault(turn.game_id, []).append(
+            (as_text(row["consumer"]), row["time_since_delivered"], row["times_delivered"])
+        )
     out: dict[str, Any] = {}
     for g in games:
         tail: Any = await redis.xrevrange(keys.log(g), count=2)

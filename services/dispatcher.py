@@ -51,7 +51,6 @@ partition is given up at once (`lose`), and its feed entries stay pending for it
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -63,9 +62,7 @@ from redis.exceptions import ResponseError
 
 from schemas.codec import (
     FIELD,
-    FIELD_BYTES,
     DecodeError,
-    decode_turn,
     encode,
     event_hash,
     unpack,
@@ -88,7 +85,7 @@ from services.bus.cache import LRU
 from services.bus.clients import QueryClient, log_entries
 from services.bus.connection import Client, is_cluster
 from services.bus.consumer import ConsumerOptions, ConsumerSettings, StreamConsumer
-from services.bus.delivery import HELD, TOOK
+from services.bus.delivery import HELD, TOOK, pending_turns
 from services.bus.keys import DISPATCHER_GROUP, FEED_GROUPS, WORKERS_GROUP, Keys
 from services.bus.presence import ALIVE_MS
 from services.bus.reader import CLAIM_EVERY_S, Entry
@@ -895,20 +892,8 @@ class Dispatcher(StreamConsumer):
         dead = sorted(await self.reader.dead_consumers(holders))
         if not dead:
             return set()
-        pipe = self.redis.pipeline(transaction=False)
-        for name in dead:
-            pipe.xpending_range(inbox, WORKERS_GROUP, "-", "+", DEAD_TURNS_READ, consumername=name)
-        ids = [row["message_id"] for rows in await pipe.execute() for row in rows]
-        pipe = self.redis.pipeline(transaction=False)
-        for entry_id in ids:
-            pipe.xrange(inbox, entry_id, entry_id)
-        turns = set()
-        for rows in await pipe.execute() if ids else []:
-            for _, fields in rows:
-                with contextlib.suppress(DecodeError, KeyError):
-                    turn = decode_turn(fields[FIELD_BYTES])
-                    turns.add((turn.game_id, turn.seq))
-        return turns
+        rows = await pending_turns(self.redis, self.keys, bot, DEAD_TURNS_READ, dead)
+        return {(turn.game_id, turn.seq) for turn, _ in rows}
 
     async def _served_bot(self, gid: str, served: dict[str, bool]) -> bool:
         """Whether the seat to move in `gid` is a bot with a live worker or stream (asked

@@ -31,9 +31,11 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from schemas.codec import FIELD_BYTES, DecodeError, decode_turn
 from schemas.tokens import MAX_GRACE_MS, SEND_GRACE_MS, clock_stamp
+from schemas.turns import TurnRequest
 from services.bus.connection import TRANSIENT_ERRORS, Client
-from services.bus.keys import Keys
+from services.bus.keys import WORKERS_GROUP, Keys
 from services.bus.scripts import Script
 from services.bus.text import now_ms
 
@@ -221,3 +223,30 @@ def holdable(turn: Handover) -> bool:
 def latest(turn: Handover) -> int:
     """The latest deadline any delivery may give the turn (the engine's bound too)."""
     return turn.since + turn.allowance + MAX_GRACE_MS
+
+
+async def pending_turns(
+    redis: Client, keys: Keys, bot: str, count: int, consumers: Sequence[str] | None = None
+) -> list[tuple[TurnRequest, dict[str, Any]]]:
+    """The turns pending in `bot`'s inbox with its workers (at most `count` of each of
+    `consumers`; None: `count` in all), each with its XPENDING row (consumer, ms idle,
+    deliveries): two round trips, each one pipeline. A turn that does not decode is left
+    out. Raises `ResponseError` when no worker ever read the inbox (no group)."""
+    inbox = keys.bot_turns(bot)
+    pipe = redis.pipeline(transaction=False)
+    for name in [None] if consumers is None else consumers:
+        pipe.xpending_range(inbox, WORKERS_GROUP, "-", "+", count, consumername=name)
+    rows = [row for rows in await pipe.execute() for row in rows]
+    if not rows:
+        return []
+    pipe = redis.pipeline(transaction=False)
+    for row in rows:
+        pipe.xrange(inbox, row["message_id"], row["message_id"])
+    out = []
+    for row, entries in zip(rows, await pipe.execute(), strict=True):
+        for _, fields in entries:
+            try:
+                out.append((decode_turn(fields[FIELD_BYTES]), row))
+            except (DecodeError, KeyError):
+                continue
+    return out

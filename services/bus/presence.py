@@ -194,7 +194,7 @@ class Answers:
         copy answered, or one that did holds a beat younger than half `ALIVE_MS`. Every
         live process beats each `EVERY_S`; a copy nobody could write to (a replica promoted
         after its master died) holds none, and judged alone it finds every process dead."""
-        return len(self.answers) >= self.asked or now - max(times, default=0) < ALIVE_MS // 2
+        return self.alone is None or now - max(times, default=0) < ALIVE_MS // 2
 
 
 async def ask_each(redis: Client, keys: Sequence[str], command: str, *args: Any) -> Answers:
