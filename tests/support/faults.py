@@ -80,6 +80,8 @@ def record(line: FaultLine) -> None:
 # -- honest drivers: what was acknowledged, and was it kept ----------------------------------
 #: What makes a driver send its command again: no reply in time, or Redis away for a moment.
 RESENT: tuple[type[Exception], ...] = (TimeoutError, RedisClusterException, *TRANSIENT_ERRORS)
+#: How long past its wait a count of unfinished games reads again through a failover (s).
+READ_AGAIN_S = 20.0
 
 
 @dataclass
@@ -185,14 +187,15 @@ async def bot_games(
 async def unfinished(redis: Client, keys: Keys, game_ids: Sequence[str], within_s: float) -> int:
     """How many of the games have not ended (by their views) within `within_s`; a read that
     meets a failover still in progress (play may resume on the other masters first) is
-    read again."""
+    read again, for up to `READ_AGAIN_S` past `within_s` (an election can outlast a short
+    wait on a loaded machine)."""
     query, ids = QueryClient(redis, keys), list(game_ids)
     deadline = time.monotonic() + within_s
     while True:
         try:
             views = await query.views(ids)
         except RESENT:
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline + READ_AGAIN_S:
                 raise
         else:
             ids = [g for g, v in zip(ids, views, strict=True) if not v or v["status"] != "ended"]
