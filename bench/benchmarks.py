@@ -179,6 +179,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="scale: run the services with -v and keep every log (Redis's too)",
     )
+    parser.add_argument(
+        "--pace-ms",
+        type=int,
+        default=0,
+        help="scale: the bots answer a turn no sooner than this after taking it (default 0:"
+        " at once, every host saturated); a paced load leaves the hosts room",
+    )
     parser.add_argument("--engines", default="1,2,4", help="load: engine processes, one run each")
     parser.add_argument("--gateways", default="1,2", help="load: gateways, one run each, or none")
     parser.add_argument(
@@ -272,7 +279,7 @@ def run(args: argparse.Namespace) -> int:
             results = run_scale_bench(
                 args.hosts, args.cpu, args.seconds, args.kill_host,
                 args.games if args.games is not None else 32, keep_logs=args.keep_logs,
-                move_time=args.move_time, repeat=args.repeat,
+                move_time=args.move_time, repeat=args.repeat, pace_ms=args.pace_ms,
             )  # fmt: skip
         except (ScaleError, FleetError) as exc:
             # The testbed failed (it was cleaned up): one line, with the log that says why.

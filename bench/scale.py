@@ -113,7 +113,7 @@ DEFAULT_CPU = 0.2
 BOT_GAMES_PER_HOST = 32
 PEOPLE_GAMES_PER_HOST = 4
 PEOPLE_MOVES_PER_HOST_S = 10.0
-NODE_TIMEOUT_MS = 500
+NODE_TIMEOUT_MS = 300
 #: Options of every Redis node beyond `bench.cluster.node_args`: survivors serve their slots
 #: while a master fails over, any replica may take over however long it was cut off, and
 #: the other hosts may connect (the bridge is private; protected mode admits loopback only).
@@ -429,8 +429,10 @@ class Testbed:
         replicas: int,
         say: Callable[[str], None],
         keep_logs: bool = False,
+        pace_ms: int = 0,
     ) -> None:
         self.lab = lab
+        self.pace_ms = pace_ms
         self.count = count
         self.cpu = cpu
         self.replicas = replicas
@@ -568,7 +570,7 @@ class Testbed:
                 ("engine", (), "services.cli"),
                 ("projector", (), "services.cli"),
                 ("dispatcher", (), "services.cli"),
-                ("bots", ("--bot", BOT), "services.cli"),
+                ("bots", ("--bot", BOT, "--pace-ms", str(self.pace_ms)), "services.cli"),
                 ("gateway", ("--host", host.address, "--port", str(port)), "bench.gateway"),
             ]
             services = []
@@ -1341,11 +1343,13 @@ def run_scale_bench(
     keep_logs: bool = False,
     move_time: float | None = None,
     repeat: int = 1,
+    pace_ms: int = 0,
 ) -> list[dict[str, Any]]:
     """A row per window (`repeat` per host count, taken in turn; then one for the kill), with
     `repeat` > 1 a row of medians per host count, then a row about the run ("name": "run").
     Each efficiency is against the median one-host throughput (this machine's one-host
-    windows vary by 10%: one alone sets every host count's efficiency)."""
+    windows vary by 10%: one alone sets every host count's efficiency). `pace_ms`: the
+    bots answer no sooner (`agon bots --pace-ms`), so that a load can leave hosts room."""
     counts = parse_counts(hosts, "--hosts")
     if not cpu > 0:
         raise UsageError(f"--cpu wants cores per host > 0, e.g. 0.2; got {cpu:g}")
@@ -1357,6 +1361,8 @@ def run_scale_bench(
         raise UsageError(f"--move-time wants seconds > 0, e.g. 2; got {move_time:g}")
     if repeat < 1:
         raise UsageError(f"--repeat wants a whole number ≥ 1, got {repeat}")
+    if pace_ms < 0:
+        raise UsageError(f"--pace-ms wants milliseconds ≥ 0, got {pace_ms}")
     if kill_host and max(counts) < 3:
         raise UsageError("--kill-host needs 3 hosts or more (each master keeps a replica)")
     say = say or Say()
@@ -1373,7 +1379,7 @@ def run_scale_bench(
         previous = signal.signal(signal.SIGTERM, _interrupted)
         try:
             for n, kill in runs:
-                with Testbed(lab, n, cpu, 2 if kill else 1, say, keep_logs) as bed:
+                with Testbed(lab, n, cpu, 2 if kill else 1, say, keep_logs, pace_ms) as bed:
                     bed.start()
                     row = asyncio.run(Run(bed, seconds, games, say, kill, move_time).go())
                     row["process_errors"] = bed.errors()
@@ -1401,6 +1407,7 @@ def run_scale_bench(
             "games_per_host": games,
             "people_games_per_host": PEOPLE_GAMES_PER_HOST,
             "people_moves_per_host_s": PEOPLE_MOVES_PER_HOST_S,
+            "bot_pace_ms": pace_ms,
             "left_after_cleanup": left,
             "logs": logs,
         }

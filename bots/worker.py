@@ -16,6 +16,10 @@ The bot thinks in a thread, so that the worker's heartbeat goes on while it does
 that stops beating (killed) has its turns taken over by another worker within seconds.
 Handled turns are trimmed from the inbox.
 
+With `pace_ms` (`agon bots --pace-ms`), a batch of turns is answered no sooner than that
+after it was taken, on the bots' clocks like thinking: bot games a person can follow, and
+bots that leave a host room to spare (`agon bench scale --pace-ms`).
+
 With `replicas` (`--ack-replicas`, as the engine's), a batch of turns is acknowledged only
 once that many replicas hold the moves sent for it; otherwise the turns are answered again
 (under the same command ids), so a master failover cannot lose a move and stall its game.
@@ -62,6 +66,7 @@ class BotWorker(StreamConsumer):
         *,
         clock: Callable[[], int] = now_ms,
         clock_key: bytes | None = None,
+        pace_ms: int = 0,
         settings: ConsumerSettings | None = None,
         **options: Unpack[ConsumerOptions],
     ) -> None:
@@ -72,6 +77,8 @@ class BotWorker(StreamConsumer):
         self.join(redis, keys, inbox, WORKERS_GROUP, settings, **options)
         self.commands = CommandClient(redis, keys)
         self.clock = clock
+        #: a move leaves no sooner than this after its turn was taken (its clock running)
+        self.pace_ms = pace_ms
         self.moves_sent = 0
         self.stale = 0
         self.failed = 0
@@ -123,6 +130,8 @@ class BotWorker(StreamConsumer):
         # starts again, what it lost there being the platform's.
         again = {r.game_id for e, r in turns if e.taken_over}
         current = await self._delivered(await self._current(requests, away), away, again)
+        if current and self.pace_ms:
+            await asyncio.sleep(self.pace_ms / 1000)
         loop = asyncio.get_running_loop()
         sent: list[tuple[str, concurrent.futures.Future[None]]] = []
 

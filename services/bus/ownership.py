@@ -64,12 +64,12 @@ log = logging.getLogger("agon.bus")
 BEATS_WAIT_S = 0.4
 NODE_WAIT_S = 0.3
 #: How long a lease lasts without renewal (ms): a dead member's partitions move this soon.
-LEASE_MS = 1500
+LEASE_MS = 1000
 #: How often a member reads the beats and takes or gives up partitions (s).
 ROUND_S = 0.25
 #: A lease is renewed once this long has passed since its last renewal (s): a third of a
 #: lease, so a renewal that fails is tried again in each round until the lease is half gone.
-RENEW_S = 0.5
+RENEW_S = 0.33
 #: How long a take waits for the replicas (ms); one not confirmed is tried next round.
 TAKE_WAIT_MS = 200
 #: A lease another member holds is asked for again this long after it expires (ms).

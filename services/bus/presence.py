@@ -43,10 +43,10 @@ from services.bus.text import as_text, now_ms
 log = logging.getLogger("agon.bus")
 
 #: How often a running process beats: four beats in `ALIVE_MS`, so one late beat is no death.
-EVERY_S = 0.25
+EVERY_S = 0.175
 #: A process whose last beat is at most this old is alive; older, its work goes to others
 #: (a killed bot worker's turn is answered by another well inside a 2 s move clock).
-ALIVE_MS = 1_000
+ALIVE_MS = 700
 #: Beats older than this (of processes killed before they could remove theirs) are dropped.
 FORGET_AFTER_MS = 3_600_000
 #: The fields that say who beats; every other field is in `Beat.stats`.

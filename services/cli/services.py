@@ -22,7 +22,7 @@ from services.cli.common import (
     replicas_to_wait_for,
     with_redis,
 )
-from services.cli.options import UsageError, positive_float, positive_int
+from services.cli.options import UsageError, non_negative_int, positive_float, positive_int
 from services.dispatcher import Dispatcher
 from services.engine_service import EngineService, settle_heap
 from services.projector import Projector
@@ -40,6 +40,13 @@ class _Service:
         if self.kind == "bots":
             parser.add_argument(
                 "--bot", action="append", help=f"bot to serve, repeatable (default: {bot_names()})"
+            )
+            parser.add_argument(
+                "--pace-ms",
+                type=non_negative_int,
+                default=0,
+                help="answer a turn no sooner than this after taking it, on the bot's clock"
+                " (bot games a person can follow; default: at once)",
             )
         if self.kind == "engine":
             parser.add_argument(
@@ -87,7 +94,8 @@ class _Service:
             abandon_ms = int(args.abandon_after_hours * 3_600_000)
             return [Dispatcher(redis, keys, abandon_ms=abandon_ms, **acks)]
         try:
-            return [BotWorker(redis, bot, keys, **acks) for bot in args.bot or bot_names()]
+            bots = args.bot or bot_names()
+            return [BotWorker(redis, bot, keys, pace_ms=args.pace_ms, **acks) for bot in bots]
         except ValueError as exc:
             raise UsageError(str(exc)) from None
 

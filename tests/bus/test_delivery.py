@@ -109,6 +109,26 @@ async def test_a_turn_that_waited_behind_the_platform_gets_its_whole_time(
     assert arena.worker.stats()["lag_p50_ms"] >= 600
 
 
+async def test_a_paced_worker_answers_no_sooner_than_its_pace_on_the_bot_s_clock(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    """`--pace-ms`: the move leaves a pace after the turn was taken, and the pace is the
+    bot's time (it thought that long), not the platform's lag."""
+    arena = Arena(redis, keys)
+    pace_ms = LIMIT_MS // 2
+    arena.worker = BotWorker(
+        redis, "random", keys, clock_key=clock_key(SECRET), clock=arena.now, pace_ms=pace_ms
+    )
+    await arena.start("g0")
+    began = now_ms()
+    assert await arena.worker.drain() == 1
+    assert now_ms() - began >= pace_ms
+    await arena.engine.drain()
+    move = (await arena.query.events("g0"))[4]
+    assert isinstance(move, MovePlayed), move
+    assert pace_ms <= move.think_ms <= LIMIT_MS and move.lag_ms < pace_ms, move
+
+
 async def test_a_served_bot_s_turn_the_platform_never_delivered_ends_as_interrupted(
     redis: aioredis.Redis, keys: Keys
 ) -> None:
