@@ -918,6 +918,8 @@ class Feeds:
         self.next_after: dict[str, int] = {}
         #: when each game that ended did (its end's entry id)
         self.ended_at: dict[str, int] = {}
+        #: each game's first move after `since`: when the move before it was, and the move
+        self.first_moves: dict[str, FirstMove] = {}
         self.since: int | None = None
         self.errors: Counter[str] = Counter()
 
@@ -943,7 +945,7 @@ class Feeds:
     async def _event(self, p: int, ms: int, ev: dict[str, Any]) -> None:
         game_id, kind = str(ev["game_id"]), ev["type"]
         if kind in ("move_played", "game_ended") and self.since is not None and ms > self.since:
-            self.next_after.setdefault(game_id, ms)
+            self._first_after(game_id, p, ms, ev)
         if kind == "move_played":
             self.moving[game_id] = (p, ms)
         elif kind == "game_ended":
@@ -951,6 +953,40 @@ class Feeds:
             self.ended_at[game_id] = ms
         if await take(self.redis, self.keys, self.tracker, ms, ev) is not None:
             self.load.ended(game_id)
+
+    def _first_after(self, game_id: str, p: int, ms: int, ev: dict[str, Any]) -> None:
+        """Note the game's first move or end after `since` (and of a move, its wait)."""
+        if self.next_after.setdefault(game_id, ms) != ms or ev["type"] != "move_played":
+            return
+        if game_id not in self.first_moves:
+            before = self.moving.get(game_id, (p, ms))[1]
+            lag, think = int(ev.get("lag_ms", 0)), int(ev.get("think_ms", 0))
+            self.first_moves[game_id] = FirstMove(before, ms, lag, think)
+
+
+@dataclass(frozen=True)
+class FirstMove:
+    """A game's first move after the kill: when the move before it gave the seat its turn
+    (its entry id), when it was played, and the platform's lag and the bot's think time
+    it carries (`MovePlayed`)."""
+
+    turn_ms: int
+    played_ms: int
+    lag_ms: int
+    think_ms: int
+
+    def where(self, killed_ms: int) -> dict[str, float]:
+        """Where its time went, in seconds: the turn given (from the kill; below 0 before
+        it), the turn delivered to a worker after that (the dispatcher's and the inbox's
+        part), the move sent after that (the worker's: its bot's pace and its own work), and
+        the move played after that (the engine's)."""
+        sent = self.turn_ms + self.lag_ms + self.think_ms
+        return {
+            "turn_given_s": (self.turn_ms - killed_ms) / 1000,
+            "delivered_after_s": self.lag_ms / 1000,
+            "sent_after_s": self.think_ms / 1000,
+            "played_after_s": (self.played_ms - sent) / 1000,
+        }
 
 
 def resumption(
@@ -960,13 +996,15 @@ def resumption(
     killed_ms: int,
     on_dead: set[int],
     ended_at: dict[str, int],
+    first_moves: dict[str, FirstMove] | None = None,
 ) -> dict[str, Any]:
     """When play resumed after a kill at `killed_ms`: for the games `in_play` then (game ->
     its partition), from each one's first move or end after it (`next_after`). The bot
     games are the platform's to move, so the figures are theirs (all of them, those on the
     dead master's partitions `on_dead`, and the survivors'), by partition too; the people's
     games move when the load offers their moves, so only their latest is told. A game whose
-    end (`ended_at`) came before the kill, though read after it, was not in play."""
+    end (`ended_at`) came before the kill, though read after it, was not in play. The
+    slowest bot game's first move after the kill (`first_moves`) says where it waited."""
     over = {g for g in in_play if ended_at.get(g, killed_ms + 1) <= killed_ms}
     in_play = {g: p for g, p in in_play.items() if g not in over}
     bots = bots - over
@@ -987,12 +1025,27 @@ def resumption(
         "resumed_dead_master_s": worst({g for g in bots if in_play[g] in on_dead}),
         "resumed_survivors_s": worst({g for g in bots if in_play[g] not in on_dead}),
         "bot_games_not_resumed": sorted(bots - set(resumed))[:10],
+        "slowest": slowest(bots & set(resumed), resumed, in_play, first_moves or {}, killed_ms),
         "resumed_by_partition_s": {p: round(by_partition[p], 2) for p in sorted(by_partition)},
         "people_games_in_play": len(people),
         "people_resumed_s": max(
             (round(resumed[g], 2) for g in people & set(resumed)), default=None
         ),
     }
+
+
+def slowest(
+    games: set[str], resumed: dict[str, float], in_play: dict[str, int],
+    first_moves: dict[str, FirstMove], killed_ms: int,
+) -> dict[str, Any] | None:  # fmt: skip
+    """The game of `games` that moved again last, its partition, and where its first move
+    after the kill waited (None when it ended rather than moved)."""
+    if not games:
+        return None
+    game = max(sorted(games), key=lambda g: resumed[g])
+    first = first_moves.get(game)
+    where = first.where(killed_ms) if first is not None else {}
+    return {"game": game, "partition": in_play[game], "resumed_s": resumed[game], **where}
 
 
 async def stuck(redis: Client, keys: Keys, games: list[str], since_ms: int) -> dict[str, Any]:
@@ -1179,8 +1232,9 @@ class Run:
             if served_s is None and bed.slots_served_without(dead):
                 served_s = round(time.monotonic() - began, 2)
             resumed = resumption(
-                in_play, bots, feeds.next_after, killed_ms, on_dead, feeds.ended_at
-            )
+                in_play, bots, feeds.next_after, killed_ms, on_dead, feeds.ended_at,
+                feeds.first_moves,
+            )  # fmt: skip
             if served_s is not None and not resumed["bot_games_not_resumed"]:
                 break
             await asyncio.sleep(0.05)
@@ -1462,6 +1516,18 @@ def with_efficiency(curve: list[dict[str, Any]], repeat: int) -> list[dict[str, 
 
 
 # -- the report --------------------------------------------------------------------------------
+def told_slowest(game: dict[str, Any] | None) -> str:
+    """The slowest game's wait, told (empty when it ended rather than moved)."""
+    if not game or "turn_given_s" not in game:
+        return ""
+    return (
+        f" the slowest (partition {game['partition']}) was given its turn at"
+        f" {game['turn_given_s']:+.2f} s, delivered {game['delivered_after_s']:.2f} s later,"
+        f" its move sent {game['sent_after_s']:.2f} s later and played"
+        f" {game['played_after_s']:.2f} s later;"
+    )
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
@@ -1529,7 +1595,7 @@ def print_scale_table(rows: Sequence[dict[str, Any]]) -> None:
                 f" every bot game in play ({k['bot_games_in_play']}) moved again after"
                 f" {k['resumed_s']} s (on the dead master {k['resumed_dead_master_s']} s, on"
                 f" the survivors {k['resumed_survivors_s']} s); {k['moves_per_sec_after']:.0f}"
-                " moves/s after;"
+                f" moves/s after;{told_slowest(k.get('slowest'))}"
                 f" acknowledged moves lost {k['acked_lost']} of {k['acked_moves']}, feed events"
                 f" lost {k['seen_lost']} of {k['seen_events']}, doubled {k['doubled']}; every"
                 f" game ended: {k['every_game_ended']} ({k['time_forfeits']} lost on time);"

@@ -39,6 +39,7 @@ from bench.scale import (
     CPU_ROOT,
     CPUACCT_ROOT,
     SUBNET,
+    FirstMove,
     Lab,
     listen_ports,
     our_links,
@@ -47,6 +48,7 @@ from bench.scale import (
     resumption,
     run_scale_bench,
     stuck,
+    told_slowest,
     with_efficiency,
 )
 from schemas.codec import FIELD, FIELD_BYTES, encode, unpack
@@ -259,6 +261,26 @@ def test_play_resumes_when_every_bot_game_in_play_moved_again() -> None:
     ended = {"b2": 9_900, "b3": 12_000}  # b2 ended before the kill, b3 after
     late = resumption(in_play, bots, {"b1": 10_500}, killed, on_dead={1}, ended_at=ended)
     assert late["bot_games_not_resumed"] == ["b3"] and late["bot_games_in_play"] == 2
+
+
+def test_the_slowest_game_to_move_again_shows_where_its_move_waited() -> None:
+    """The last bot game in play to move again is named with its first move's wait split
+    between the dispatcher and inbox (the move's lag), the worker (its think time) and
+    the engine (the rest, to the move's entry); one that ended rather than moved has no
+    split, and the printed line leaves it out."""
+    in_play, bots, killed = {"b1": 0, "b2": 3}, {"b1", "b2"}, 10_000
+    after = {"b1": 10_500, "b2": 12_900}
+    # b2's turn came 0.1 s before the kill, reached a worker 1.5 s later, was answered in
+    # 0.2 s, and the engine played it 1.3 s after that.
+    first = {"b2": FirstMove(9_900, 12_900, 1_500, 200)}
+    got = resumption(in_play, bots, after, killed, {3}, {}, first)["slowest"]
+    assert got == {
+        "game": "b2", "partition": 3, "resumed_s": 2.9, "turn_given_s": -0.1,
+        "delivered_after_s": 1.5, "sent_after_s": 0.2, "played_after_s": 1.3,
+    }, got  # fmt: skip
+    ended = resumption(in_play, bots, after, killed, {3}, {}, {})["slowest"]
+    assert ended == {"game": "b2", "partition": 3, "resumed_s": 2.9}
+    assert told_slowest(ended) == "" and "partition 3" in told_slowest(got)
 
 
 async def test_a_game_that_did_not_move_again_is_shown_where_it_waits(
