@@ -1004,16 +1004,23 @@ def resumption(
     dead master's partitions `on_dead`, and the survivors'), by partition too; the people's
     games move when the load offers their moves, so only their latest is told. A game whose
     end (`ended_at`) came before the kill, though read after it, was not in play. The
-    slowest bot game's first move after the kill (`first_moves`) says where it waited."""
+    slowest bot game's first move after the kill (`first_moves`) says where it waited, and
+    `resumed_platform_s` leaves out of each game the time its bot took over that move (its
+    think time, the bot's own on its clock, as the platform's lag is never the bot's)."""
     over = {g for g in in_play if ended_at.get(g, killed_ms + 1) <= killed_ms}
     in_play = {g: p for g, p in in_play.items() if g not in over}
     bots = bots - over
     resumed = {g: (next_after[g] - killed_ms) / 1000 for g in in_play if g in next_after}
+    first_moves = first_moves or {}
+    platform = {
+        g: max(0.0, t - first_moves[g].think_ms / 1000) if g in first_moves else t
+        for g, t in resumed.items()
+    }
 
-    def worst(games: set[str]) -> float | None:
-        if not games or not games <= set(resumed):
+    def worst(games: set[str], times: dict[str, float] = resumed) -> float | None:
+        if not games or not games <= set(times):
             return None
-        return round(max(resumed[g] for g in games), 2)
+        return round(max(times[g] for g in games), 2)
 
     by_partition: dict[int, float] = {}
     for g in bots & set(resumed):
@@ -1022,10 +1029,11 @@ def resumption(
     return {
         "bot_games_in_play": len(bots),
         "resumed_s": worst(bots),
+        "resumed_platform_s": worst(bots, platform),
         "resumed_dead_master_s": worst({g for g in bots if in_play[g] in on_dead}),
         "resumed_survivors_s": worst({g for g in bots if in_play[g] not in on_dead}),
         "bot_games_not_resumed": sorted(bots - set(resumed))[:10],
-        "slowest": slowest(bots & set(resumed), resumed, in_play, first_moves or {}, killed_ms),
+        "slowest": slowest(bots & set(resumed), resumed, in_play, first_moves, killed_ms),
         "resumed_by_partition_s": {p: round(by_partition[p], 2) for p in sorted(by_partition)},
         "people_games_in_play": len(people),
         "people_resumed_s": max(
@@ -1594,7 +1602,9 @@ def print_scale_table(rows: Sequence[dict[str, Any]]) -> None:
                 f"{r['name']} ({k['host']}): slots served again after {k['slots_served_s']} s;"
                 f" every bot game in play ({k['bot_games_in_play']}) moved again after"
                 f" {k['resumed_s']} s (on the dead master {k['resumed_dead_master_s']} s, on"
-                f" the survivors {k['resumed_survivors_s']} s); {k['moves_per_sec_after']:.0f}"
+                f" the survivors {k['resumed_survivors_s']} s; the platform's part, less each"
+                f" bot's think time, {k.get('resumed_platform_s')} s);"
+                f" {k['moves_per_sec_after']:.0f}"
                 f" moves/s after;{told_slowest(k.get('slowest'))}"
                 f" acknowledged moves lost {k['acked_lost']} of {k['acked_moves']}, feed events"
                 f" lost {k['seen_lost']} of {k['seen_events']}, doubled {k['doubled']}; every"

@@ -278,6 +278,8 @@ def test_the_slowest_game_to_move_again_shows_where_its_move_waited() -> None:
         "game": "b2", "partition": 3, "resumed_s": 2.9, "turn_given_s": -0.1,
         "delivered_after_s": 1.5, "sent_after_s": 0.2, "played_after_s": 1.3,
     }, got  # fmt: skip
+    # The platform's part leaves b2's 0.2 s of thinking out: 2.7 s; b1 (no split) 0.5 s.
+    assert resumption(in_play, bots, after, killed, {3}, {}, first)["resumed_platform_s"] == 2.7
     ended = resumption(in_play, bots, after, killed, {3}, {}, {})["slowest"]
     assert ended == {"game": "b2", "partition": 3, "resumed_s": 2.9}
     assert told_slowest(ended) == "" and "partition 3" in told_slowest(got)
