@@ -186,6 +186,7 @@ def test_sigterm_mid_run_leaves_nothing_behind() -> None:
         (["--seconds", "0"], "--seconds wants a number > 0"),
         (["--hosts", "1,2", "--kill-host"], "--kill-host needs 3 hosts or more"),
         (["--repeat", "0"], "--repeat wants a whole number ≥ 1"),
+        (["--pace-ms", "-1"], "--pace-ms wants milliseconds ≥ 0"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
