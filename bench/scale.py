@@ -958,10 +958,11 @@ class Feeds:
         """Note the game's first move or end after `since` (and of a move, its wait)."""
         if self.next_after.setdefault(game_id, ms) != ms or ev["type"] != "move_played":
             return
-        if game_id not in self.first_moves:
-            before = self.moving.get(game_id, (p, ms))[1]
-            lag, think = int(ev.get("lag_ms", 0)), int(ev.get("think_ms", 0))
-            self.first_moves[game_id] = FirstMove(before, ms, lag, think)
+        if game_id not in self.first_moves and game_id in self.moving:
+            # A move the engine played for a seat that overran its clock: no bot's time.
+            think = 0 if ev.get("timeout") else int(ev.get("think_ms", 0))
+            before = self.moving[game_id][1]
+            self.first_moves[game_id] = FirstMove(before, ms, int(ev.get("lag_ms", 0)), think)
 
 
 @dataclass(frozen=True)
@@ -975,11 +976,18 @@ class FirstMove:
     lag_ms: int
     think_ms: int
 
+    def thinking_after(self, killed_ms: int) -> float:
+        """How much of the bot's think time (s) fell after the kill, before the move."""
+        took = self.turn_ms + self.lag_ms
+        sent = min(took + self.think_ms, self.played_ms)
+        return max(0, sent - max(took, killed_ms)) / 1000
+
     def where(self, killed_ms: int) -> dict[str, float]:
         """Where its time went, in seconds: the turn given (from the kill; below 0 before
         it), the turn delivered to a worker after that (the dispatcher's and the inbox's
-        part), the move sent after that (the worker's: its bot's pace and its own work), and
-        the move played after that (the engine's)."""
+        part, and a master's outage the engine judged the clock with), the move sent after
+        that (the worker's: its bot's pace and its own work), and the move played after
+        that (the engine's)."""
         sent = self.turn_ms + self.lag_ms + self.think_ms
         return {
             "turn_given_s": (self.turn_ms - killed_ms) / 1000,
@@ -1013,7 +1021,7 @@ def resumption(
     resumed = {g: (next_after[g] - killed_ms) / 1000 for g in in_play if g in next_after}
     first_moves = first_moves or {}
     platform = {
-        g: max(0.0, t - first_moves[g].think_ms / 1000) if g in first_moves else t
+        g: t - first_moves[g].thinking_after(killed_ms) if g in first_moves else t
         for g, t in resumed.items()
     }
 

@@ -18,7 +18,9 @@ Handled turns are trimmed from the inbox.
 
 With `pace_ms` (`agon bots --pace-ms`), a batch of turns is answered no sooner than that
 after it was taken, on the bots' clocks like thinking: bot games a person can follow, and
-bots that leave a host room to spare (`agon bench scale --pace-ms`).
+bots that leave a host room to spare (`agon bench scale --pace-ms`). A worker answers one
+batch at a time, so a turn that comes in meanwhile waits up to a pace more in the inbox
+(counted as the platform's lag, never the bot's): give a paced bot more workers.
 
 With `replicas` (`--ack-replicas`, as the engine's), a batch of turns is acknowledged only
 once that many replicas hold the moves sent for it; otherwise the turns are answered again
@@ -130,7 +132,7 @@ class BotWorker(StreamConsumer):
         # starts again, what it lost there being the platform's.
         again = {r.game_id for e, r in turns if e.taken_over}
         current = await self._delivered(await self._current(requests, away), away, again)
-        if current and self.pace_ms:
+        if current and self.pace_ms and entries:  # (not again for turns a master held)
             await asyncio.sleep(self.pace_ms / 1000)
         loop = asyncio.get_running_loop()
         sent: list[tuple[str, concurrent.futures.Future[None]]] = []

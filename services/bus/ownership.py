@@ -67,8 +67,10 @@ NODE_WAIT_S = 0.3
 LEASE_MS = 1000
 #: How often a member reads the beats and takes or gives up partitions (s).
 ROUND_S = 0.25
-#: A lease is renewed once this long has passed since its last renewal (s): a third of a
-#: lease, so a renewal that fails is tried again in each round until the lease is half gone.
+#: A lease is renewed at the first round this long after its last renewal (s): with
+#: rounds every `ROUND_S`, every 0.5 s, and a renewal that fails is tried again the next
+#: round, 0.25 s before the lease lapses. A lapse alone moves nothing: the holder renews it
+#: under the same epoch unless a member short of its count took it meanwhile.
 RENEW_S = 0.33
 #: How long a take waits for the replicas (ms); one not confirmed is tried next round.
 TAKE_WAIT_MS = 200

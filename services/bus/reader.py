@@ -14,8 +14,8 @@ stream ("lanes", each on its own connection), fanned into one buffer; a lane hol
 one unread batch. `read(None)` never waits: the drain ("burst") mode of tests and benchmarks.
 
 Dead consumers are noticed in about a second, not minutes: every running consumer beats
-(`services.bus.presence`) four times a second; a sweep every half second claims (XCLAIM)
-entries pending with a consumer that is not alive by its beat (none for `ALIVE_MS`, 1 s),
+(`services.bus.presence`) every 0.175 s; a sweep every half second claims (XCLAIM)
+entries pending with a consumer that is not alive by its beat (none for `ALIVE_MS`, 0.7 s),
 so a killed bot worker's turn is answered by another well inside a 2 s move clock.
 Housekeeping removes dead consumers that hold nothing from the group; the sweep sets
 aside entries delivered `max_deliveries` times (they kill whoever takes them). Entries

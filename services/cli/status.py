@@ -19,7 +19,7 @@ What it shows, all read in one pipeline (and one INFO per primary):
 
 A rich table by default, one JSON object with `--json`; `--watch S` redraws every S
 seconds. `--check` is for health checks: exit 0 when a process (with `--here`: one on
-this host, i.e. this container) has beaten within a second, else 1. A Redis that cannot be
+this host, i.e. this container) has beaten within `ALIVE_MS` (0.7 s), else 1. A Redis that cannot be
 reached, or that refuses the reads, is one line on stderr and exit 1; one that goes away
 once it answered (a failover) is said in one line and waited for, up to `--wait-s` (not
 with `--check`: a health check answers at once).
@@ -74,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--check",
         action="store_true",
-        help="exit 0 if a process has beaten within a second, else 1 (for health checks)",
+        help="exit 0 if a process has beaten within 0.7 s, else 1 (for health checks)",
     )
     parser.add_argument(
         "--here", action="store_true", help="only the processes of this host (container)"

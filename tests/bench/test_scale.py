@@ -33,12 +33,14 @@ import redis.asyncio as aioredis
 
 from bench.cluster import TOTAL_SLOTS, slot_ranges
 from bench.fleet import Fleet
+from bench.load import Tracker
 from bench.scale import (
     BOT,
     CGROUP,
     CPU_ROOT,
     CPUACCT_ROOT,
     SUBNET,
+    Feeds,
     FirstMove,
     Lab,
     listen_ports,
@@ -281,9 +283,34 @@ def test_the_slowest_game_to_move_again_shows_where_its_move_waited() -> None:
     }, got  # fmt: skip
     # The platform's part leaves b2's 0.2 s of thinking out: 2.7 s; b1 (no split) 0.5 s.
     assert resumption(in_play, bots, after, killed, {3}, {}, first)["resumed_platform_s"] == 2.7
+    # Only the thinking after the kill: a turn taken 0.3 s before it, thought on for 0.5 s.
+    assert FirstMove(9_500, 10_400, 200, 500).thinking_after(killed) == 0.2
     ended = resumption(in_play, bots, after, killed, {3}, {}, {})["slowest"]
     assert ended == {"game": "b2", "partition": 3, "resumed_s": 2.9}
     assert told_slowest(ended) == "" and "partition 3" in told_slowest(got)
+
+
+def test_the_feeds_note_each_game_s_first_move_after_the_kill_with_its_wait() -> None:
+    """Only a game's first move or end after the kill counts, its wait measured from the
+    move before it; a game with no move before it, one that ended, and a move the engine
+    played for a seat out of time (no bot's thinking) get no think time of their own."""
+    feeds = Feeds(None, Keys(), Tracker(), None)  # type: ignore[arg-type]
+    feeds.since = 10_000
+    feeds.moving = {"g": (3, 9_800), "t": (1, 9_900), "e": (2, 9_950)}
+
+    def move(game: str, ms: int, **fields: Any) -> None:
+        feeds._first_after(game, 0, ms, {"type": "move_played", **fields})
+
+    move("g", 10_500, lag_ms=100, think_ms=300)
+    move("g", 10_900, lag_ms=5, think_ms=5)
+    move("new", 10_200, think_ms=50)
+    move("t", 10_600, lag_ms=10, think_ms=600, timeout=True)
+    feeds._first_after("e", 2, 10_300, {"type": "game_ended"})
+    assert feeds.next_after == {"g": 10_500, "new": 10_200, "t": 10_600, "e": 10_300}
+    assert feeds.first_moves == {
+        "g": FirstMove(9_800, 10_500, 100, 300),
+        "t": FirstMove(9_900, 10_600, 10, 0),
+    }
 
 
 async def test_a_game_that_did_not_move_again_is_shown_where_it_waits(

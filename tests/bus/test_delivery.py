@@ -115,7 +115,7 @@ async def test_a_paced_worker_answers_no_sooner_than_its_pace_on_the_bot_s_clock
     """`--pace-ms`: the move leaves a pace after the turn was taken, and the pace is the
     bot's time (it thought that long), not the platform's lag."""
     arena = Arena(redis, keys)
-    pace_ms = LIMIT_MS // 2
+    pace_ms = LIMIT_MS // 3
     arena.worker = BotWorker(
         redis, "random", keys, clock_key=clock_key(SECRET), clock=arena.now, pace_ms=pace_ms
     )

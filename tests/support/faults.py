@@ -188,9 +188,9 @@ async def unfinished(redis: Client, keys: Keys, game_ids: Sequence[str], within_
     """How many of the games have not ended (by their views) within `within_s`; a read that
     meets a failover still in progress (play may resume on the other masters first) is
     read again, for up to `READ_AGAIN_S` past `within_s` (an election can outlast a short
-    wait on a loaded machine)."""
+    wait on a loaded machine); a game read then counts as ended only if it ended in time."""
     query, ids = QueryClient(redis, keys), list(game_ids)
-    deadline = time.monotonic() + within_s
+    deadline, ends_by = time.monotonic() + within_s, now_ms() + int(within_s * 1000)
     while True:
         try:
             views = await query.views(ids)
@@ -198,7 +198,11 @@ async def unfinished(redis: Client, keys: Keys, game_ids: Sequence[str], within_
             if time.monotonic() > deadline + READ_AGAIN_S:
                 raise
         else:
-            ids = [g for g, v in zip(ids, views, strict=True) if not v or v["status"] != "ended"]
+            ids = [
+                g
+                for g, v in zip(ids, views, strict=True)
+                if not v or v["status"] != "ended" or v["updated"] > ends_by
+            ]
             if not ids or time.monotonic() > deadline:
                 return len(ids)
         await asyncio.sleep(0.2)
