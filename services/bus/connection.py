@@ -187,6 +187,9 @@ CLOSE_WAIT_S = 2.0
 HEARD_MAX_MS = 10_000
 #: The pause before a cluster pipeline sends again what met a failover.
 RESEND_PAUSE_S = 0.05
+#: How long after a node counted down was found back (or replaced) a failure is taken for
+#: one more of that failover's, and tried again after `RESEND_PAUSE_S` (s).
+JUST_SETTLED_S = 1.0
 #: What a cluster pipeline sends again, after learning where the slots are now.
 _RESEND = (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError)
 
@@ -235,6 +238,8 @@ class AgonCluster(RedisCluster):
         self.heard: dict[str, int] = {}
         #: the nodes (replicas too) the cluster flagged failing when the watch last asked
         self.failing: set[str] = set()
+        #: when the last node counted down was found back or replaced (monotonic s)
+        self.settled_at = float("-inf")
         #: called with each spell (start, end: ms) in which a master did not answer and
         #: the slots it served then (`services.bus.outages`: no move clock runs in them)
         self.outage_hooks: list[Callable[[tuple[int, int], frozenset[int]], None]] = []
@@ -388,6 +393,8 @@ class AgonCluster(RedisCluster):
             if self.probes.get(name) is me:
                 del self.probes[name]
                 self.down.discard(name)
+                if down:
+                    self.settled_at = time.monotonic()
             self._close_if_dropped(node)
             if down and slots:
                 # From when the cluster last heard from it (at worst a PING's wait before
@@ -666,10 +673,15 @@ async def pause_after_failure(client: Client, seconds: float) -> None:
     """The pause before a command that failed for Redis is tried again: `seconds`, or on a
     cluster only until every node found failing answers again or its replica took over
     (at least `RESEND_PAUSE_S`): a failover costs each reader the failover, not the
-    failover and a pause."""
+    failover and a pause. A failure just after the last such node was found back or
+    replaced (`JUST_SETTLED_S`) is one of that failover's (a command that waited for the
+    probe and failed as it ended): `RESEND_PAUSE_S` too, not `seconds`."""
     probes = list(client.probes.values()) if isinstance(client, AgonCluster) else []
     if not probes:
-        await asyncio.sleep(seconds)
+        settled = isinstance(client, AgonCluster) and (
+            time.monotonic() - client.settled_at < JUST_SETTLED_S
+        )
+        await asyncio.sleep(RESEND_PAUSE_S if settled else seconds)
         return
     began = time.monotonic()
     await asyncio.wait(probes, timeout=seconds)

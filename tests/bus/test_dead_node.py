@@ -349,6 +349,26 @@ async def test_a_reader_that_failed_on_a_node_waits_for_its_probe_not_a_fixed_pa
     assert not client.is_down(node) and not client.probes
 
 
+async def test_a_failure_just_after_a_failover_settled_is_tried_again_at_once(
+    cluster: tuple[RedisClusterProcesses, AgonCluster],
+) -> None:
+    """A command that waited for a down node's probe fails as the probe ends (the node is
+    back, or its replica took over): the caller tries again at once, not after its whole
+    pause (0.5 s for a reader, on every lane of a failover's master). Without a failover
+    just settled, a failure still pauses the whole pause."""
+    _, client = cluster
+    began = time.monotonic()
+    await pause_after_failure(client, 0.3)
+    assert time.monotonic() - began >= 0.3, "a failure with no failover paused less"
+    node = client.get_primaries()[1]
+    probe = client.probes[node.name] = asyncio.ensure_future(client._probe(node, False))
+    await probe  # counted down at once, then found back
+    assert not client.probes and not client.is_down(node)
+    began = time.monotonic()
+    await pause_after_failure(client, 60.0)
+    assert time.monotonic() - began < 30.0, "waited the whole pause after the failover"
+
+
 async def test_learning_the_slots_again_asks_no_dead_node_for_the_commands(
     cluster: tuple[RedisClusterProcesses, AgonCluster],
 ) -> None:
