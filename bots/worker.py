@@ -20,7 +20,9 @@ With `pace_ms` (`agon bots --pace-ms`), a batch of turns is answered no sooner t
 after it was taken, on the bots' clocks like thinking: bot games a person can follow, and
 bots that leave a host room to spare (`agon bench scale --pace-ms`). A worker answers one
 batch at a time, so a turn that comes in meanwhile waits up to a pace more in the inbox
-(counted as the platform's lag, never the bot's): give a paced bot more workers.
+(counted as the platform's lag, never the bot's): give a paced bot more workers, and keep
+the pace well inside the games' move time. A batch with turns a master held back is not
+paced.
 
 With `replicas` (`--ack-replicas`, as the engine's), a batch of turns is acknowledged only
 once that many replicas hold the moves sent for it; otherwise the turns are answered again
@@ -113,6 +115,9 @@ class BotWorker(StreamConsumer):
         replica not yet in charge) is kept for the next batch, unacknowledged: it holds
         back none of the other games' turns."""
         turns: list[tuple[Entry, TurnRequest]] = []
+        # Paced: a batch of turns newly taken. Not one with turns a master held back: their
+        # clocks ran on through the failover, and a pace more would be the bot's to pay.
+        paced = bool(self.pace_ms and entries and not self._held)
         # The spell a master's failover took is written before the turns it held are
         # answered: the engine judges their moves with it (the time was the platform's).
         await self.write_spells()
@@ -132,7 +137,7 @@ class BotWorker(StreamConsumer):
         # starts again, what it lost there being the platform's.
         again = {r.game_id for e, r in turns if e.taken_over}
         current = await self._delivered(await self._current(requests, away), away, again)
-        if current and self.pace_ms and entries:  # (not again for turns a master held)
+        if current and paced:
             await asyncio.sleep(self.pace_ms / 1000)
         loop = asyncio.get_running_loop()
         sent: list[tuple[str, concurrent.futures.Future[None]]] = []

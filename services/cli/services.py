@@ -46,7 +46,8 @@ class _Service:
                 type=non_negative_int,
                 default=0,
                 help="answer a turn no sooner than this after taking it, on the bot's clock"
-                " (bot games a person can follow; default: at once)",
+                " (bot games a person can follow; keep it well inside the move time;"
+                " default: at once)",
             )
         if self.kind == "engine":
             parser.add_argument(

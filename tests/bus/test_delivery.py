@@ -23,6 +23,7 @@ from schemas.tokens import MAX_GRACE_MS, SEND_GRACE_MS, clock_key, stamped_deadl
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.delivery import Deliveries, latest
 from services.bus.keys import Keys
+from services.bus.reader import Entry
 from services.bus.text import now_ms
 from services.dispatcher import TAKEOVER_MS, TIMEOUT_GRACE_MS, Dispatcher
 from services.engine_service import EngineService
@@ -127,6 +128,31 @@ async def test_a_paced_worker_answers_no_sooner_than_its_pace_on_the_bot_s_clock
     move = (await arena.query.events("g0"))[4]
     assert isinstance(move, MovePlayed), move
     assert pace_ms <= move.think_ms <= LIMIT_MS and move.lag_ms < pace_ms, move
+
+
+async def test_a_batch_with_a_turn_a_master_held_back_is_not_paced(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    """A turn held back while its game's master failed over has had its clock running all
+    along: the batch that answers it is not paced (the pace would be the bot's to pay)."""
+    arena = Arena(redis, keys)
+    pace_ms = 10_000
+    arena.worker = BotWorker(
+        redis, "random", keys, clock_key=clock_key(SECRET), clock=arena.now, pace_ms=pace_ms
+    )
+    await arena.worker.setup()
+    for gid in ("h1", "h2"):
+        await arena.start(gid)
+    inbox = keys.bot_turns("random")
+    held, fresh = [
+        Entry(inbox, entry_id, fields[FIELD_BYTES])
+        for entry_id, fields in await redis.xrange(inbox)
+    ]
+    arena.worker._held = [held]  # as a master that did not answer left it
+    began = now_ms()
+    await arena.worker.process([fresh])
+    assert now_ms() - began < pace_ms // 2, "paced a batch holding a held-back turn"
+    assert arena.worker.moves_sent == 2
 
 
 async def test_a_served_bot_s_turn_the_platform_never_delivered_ends_as_interrupted(
