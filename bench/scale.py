@@ -1075,10 +1075,19 @@ async def stuck(redis: Client, keys: Keys, games: list[str], since_ms: int) -> d
         turns.setdefault(turn.game_id, []).append(
             (as_text(row["consumer"]), row["time_since_delivered"], row["times_delivered"])
         )
-    out: dict[str, Any] = {}
+    # One pipeline: each game's log tail, each partition's clocks once.
+    partitions = sorted({keys.partition(g) for g in games})
+    pipe = redis.pipeline(transaction=False)
     for g in games:
-        tail: Any = await redis.xrevrange(keys.log(g), count=2)
-        clocks: Any = await redis.zrange(keys.clocks(keys.partition(g)), 0, -1, withscores=True)
+        pipe.xrevrange(keys.log(g), count=2)
+    for p in partitions:
+        pipe.zrange(keys.clocks(p), 0, -1, withscores=True)
+    replies: list[Any] = await pipe.execute()
+    tails, clocks_of = replies[: len(games)], replies[len(games) :]
+    by_partition = dict(zip(partitions, clocks_of, strict=True))
+    out: dict[str, Any] = {}
+    for g, tail in zip(games, tails, strict=True):
+        clocks = by_partition[keys.partition(g)]
         events = [unpack(fields[FIELD_BYTES]) for _, fields in tail]
         out[g] = {
             "partition": keys.partition(g),
