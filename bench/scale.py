@@ -6,7 +6,7 @@ the bridge `agon-br0` in the root namespace, loopback up) whose processes sit in
 (`/sys/fs/cgroup/cpu/agon-scale/h<i>`, `cpu.cfs_quota_us` = `--cpu` x `cpu.cfs_period_us`;
 the same group under `cpuacct` counts its CPU). Each host runs a Redis Cluster master (its
 slots hold an equal share of the partitions, `bench.cluster.slot_ranges`; its replica on
-the next host; with one host both on it; cluster-node-timeout 0.5 s and no full coverage
+the next host; with one host both on it; cluster-node-timeout 0.3 s and no full coverage
 required, so survivors go on serving while a master fails over), an engine, a
 projector, a dispatcher, a `random` bot worker and a gateway (`bench.gateway`'s, whose
 quotas let one address create every game), all as `bench.fleet` starts them, sharing
@@ -87,7 +87,7 @@ from engine import State, load_game
 from schemas.codec import FIELD_BYTES, unpack
 from schemas.tokens import new_secret
 from services.bus.clients import log_entries
-from services.bus.connection import Client, connect
+from services.bus.connection import AgonCluster, Client, connect
 from services.bus.delivery import pending_turns
 from services.bus.embedded import _die_with_parent, find_redis_server
 from services.bus.keys import Keys
@@ -1118,6 +1118,8 @@ class Run:
         raise_open_files()
         keys = Keys(prefix=PREFIX)
         redis = await connect(bed.hosts[0].url, socket_timeout=5.0, socket_connect_timeout=2.0)
+        if isinstance(redis, AgonCluster):
+            redis.takes_over = False  # the services' own clients fail a dead master over
         gateways = Gateways([h.gateway for h in bed.hosts])
         tracker = SeenTracker() if self.kill else Tracker()
         load = Load(

@@ -23,7 +23,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Set as AbstractSet
 from itertools import chain
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -40,6 +41,7 @@ from redis.asyncio.cluster import (
 from redis.asyncio.connection import AbstractConnection, Connection
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
+from redis.cluster import REPLICA
 from redis.exceptions import (
     AskError,
     AuthenticationError,
@@ -48,6 +50,7 @@ from redis.exceptions import (
     OutOfMemoryError,
     ReadOnlyError,
     RedisClusterException,
+    ResponseError,
     SlotNotCoveredError,
     TryAgainError,
 )
@@ -90,6 +93,8 @@ _UNREACHABLE: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, RedisClusterExce
 
 #: A node that did not answer in time, or at all.
 _NO_ANSWER: tuple[type[Exception], ...] = (*_UNREACHABLE, TimeoutError)
+#: ... or refused the question (a user not let to ask it): no answer either.
+_NOT_ASKED: tuple[type[Exception], ...] = (*_NO_ANSWER, ResponseError)
 
 #: What a command rides out: Redis away, or a cluster failing over (for a moment a slot has
 #: no node the client knows of).
@@ -220,6 +225,10 @@ class AgonCluster(RedisCluster):
       once their slots moved, else the caller's own retry takes them from there.
     - **A single command waits for the failover** (at most `NODE_WAIT_S` a try, within the
       client's retries), not for connect timeouts.
+    - **The failover starts once the masters agree.** Redis's replica waits 0.5-1 s more
+      before it stands for election; once a live master flags the dead one `fail` (the
+      masters' verdict, never this client's guess) and the replica does too, a probe has
+      a master's best replica take over at once (`_hasten`).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -240,6 +249,10 @@ class AgonCluster(RedisCluster):
         self.failing: set[str] = set()
         #: when the last node counted down was found back or replaced (monotonic s)
         self.settled_at = float("-inf")
+        #: whether a probe has a dead master's replica take over once the masters agree
+        #: (`_hasten`); an observer that must not act on the cluster (a benchmark's) sets
+        #: it False
+        self.takes_over = True
         #: called with each spell (start, end: ms) in which a master did not answer and
         #: the slots it served then (`services.bus.outages`: no move clock runs in them)
         self.outage_hooks: list[Callable[[tuple[int, int], frozenset[int]], None]] = []
@@ -255,7 +268,7 @@ class AgonCluster(RedisCluster):
             self._lock = self._lock or asyncio.Lock()
             async with self._lock:
                 if self._initialize:
-                    await self.nodes_manager.initialize(*args, **kwargs)
+                    await self._learn_slots(*args, **kwargs)
                     self.commands_parser.node = self.nodes_manager.default_node
                     self._initialize = False
         if self._watching is None or self._watching.done():
@@ -360,13 +373,15 @@ class AgonCluster(RedisCluster):
     async def _probe(self, node: ClusterNode, ask_first: bool = True) -> None:
         """Until `node` answers again or serves no slot: it is down. `ask_first`: only once
         it did not answer a PING within `PING_WAIT_S` (a connection can fail for other
-        reasons, and one master may suspect another that is only slow)."""
+        reasons, and one master may suspect another that is only slow), or the masters
+        flagged it `fail` meanwhile. While it is down and serves slots, its replica may be
+        asked to take over now (`_hasten`)."""
         me, name = asyncio.current_task(), node.name
         ping = asyncio.ensure_future(self._ping(node, PING_WAIT_S if ask_first else None))
         asked, slots = _wall_ms(), self._slots_of(node)
-        down = False
+        down, replicas = False, _Replicas(self.nodes_manager.connection_kwargs)
         try:
-            if ask_first and await ping:
+            if ask_first and not await self._unanswered(ping, name):
                 return  # a connection that failed for another reason (closed by a reset)
             self.down.add(name)
             down = True
@@ -374,22 +389,29 @@ class AgonCluster(RedisCluster):
                 with contextlib.suppress(Exception):
                     await connection.disconnect(nowait=True)  # what is in flight fails now
             ends = time.monotonic() + NODE_PROBE_MAX_S
+            hastened = False
             while time.monotonic() < ends:
-                await asyncio.sleep(NODE_PROBE_S)
                 if ping.done():
                     if ping.result():
                         return
                     ping = asyncio.ensure_future(self._ping(node))  # one at a time
-                if await self._serves(name) is not False:
-                    continue  # its replica has not taken over yet
+                view = await self._view(name)
+                if view is None or _seen(view, name).serves:
+                    # its replica has not taken over yet
+                    if view is not None and self.takes_over and not hastened:
+                        hastened = await self._hasten(name, view, replicas)
+                    await asyncio.sleep(NODE_PROBE_S)
+                    continue
                 await self.refresh_slots()
                 if name not in {n.name for n in self.get_primaries()}:
                     return
+                await asyncio.sleep(NODE_PROBE_S)
         except asyncio.CancelledError:
             down = False  # the client closes: nothing was learnt of the node
             raise
         finally:
             ping.cancel()
+            await replicas.close()
             if self.probes.get(name) is me:
                 del self.probes[name]
                 self.down.discard(name)
@@ -405,21 +427,104 @@ class AgonCluster(RedisCluster):
                 for hook in self.outage_hooks:
                     hook((began, _wall_ms()), slots)
 
-    async def _serves(self, name: str) -> bool | None:
-        """Whether a live master says node `name` still serves slots (None: none answered
-        in time). Learning the slots anew costs a client far more (16,384 slots, and
-        every connection marked to reconnect): each process of a starved host doing it
-        every `NODE_PROBE_S` until the failover stalled them all for seconds."""
+    async def _unanswered(self, ping: asyncio.Future[bool], name: str) -> bool:
+        """Whether node `name` counts down: its `ping` went unanswered, or meanwhile the
+        masters agreed that it failed (a live master flags it `fail`)."""
+        while not ping.done():
+            await asyncio.wait([ping], timeout=NODE_PROBE_S)
+            if not ping.done() and "fail" in _seen(await self._view(name), name).flags:
+                return True
+        return not ping.result()
+
+    async def _view(self, name: str) -> dict[str, _Seen] | None:
+        """CLUSTER NODES as the first live master other than `name` to answer in time sees
+        it (None: none did). Learning the slots anew costs a client far more (16,384
+        slots, and every connection marked to reconnect): each process of a starved host
+        doing it every `NODE_PROBE_S` until the failover stalled them all for seconds."""
         for node in self.get_primaries():
             if node.name == name or node.name in self.down:
                 continue
-            try:
-                async with asyncio.timeout(WATCH_S):
-                    seen = _nodes(await node.execute_command("CLUSTER NODES")).get(name)
-            except _NO_ANSWER:
-                continue
-            return seen is not None and seen.serves
+            if (view := await self._cluster_nodes(node)) is not None:
+                return view
         return None
+
+    async def _cluster_nodes(self, node: ClusterNode) -> dict[str, _Seen] | None:
+        try:
+            async with asyncio.timeout(WATCH_S):
+                return _nodes(await node.execute_command("CLUSTER NODES"))
+        except _NOT_ASKED:
+            return None
+
+    async def _hasten(self, name: str, view: dict[str, _Seen], replicas: _Replicas) -> bool:
+        """Once the masters agreed that master `name` failed, have its best replica take
+        over now (CLUSTER FAILOVER TAKEOVER). False: look again at the next probe; True:
+        done, or nothing to do. `replicas`: the probe's connections to them.
+
+        Redis's own failover waits 0.5-1 s more after the masters agree: a fixed delay for
+        the word to spread, a random one so that replicas do not stand at once, 1 s per
+        rank behind the best replica. Only that wait is skipped, and only where nothing
+        depends on it (`takeover`, `_standing`): the master is `fail` (the masters' own
+        verdict, never this client's); no replica of it is only suspected (`fail?`), and
+        every other one answers, follows it, flags it `fail` too and would be eligible
+        for Redis's own election (its data not too old, no `cluster-replica-no-failover`);
+        and their offsets stand still for `STILL_S` (the master writes no more). The
+        one chosen is the one Redis ranks first: the most of its master's writes (so
+        every write `WAIT` confirmed), the lowest address on a tie (so every client that
+        asks chooses the same)."""
+        choice = takeover(name, view)
+        if not choice:
+            return choice is None
+        try:
+            offsets = await self._offsets(replicas, choice, name)
+            if offsets is None:
+                return False
+            await asyncio.sleep(STILL_S)
+            if offsets != await self._offsets(replicas, choice, name):
+                return False  # the master still writes to them: not dead yet
+            best = best_replica(offsets)
+            if best is None:
+                return True  # none may stand: Redis would elect none either
+            async with asyncio.timeout(WATCH_S):
+                await replicas.node(best).execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
+        except ResponseError as exc:
+            # it took over already, or this Redis does not let us (ACL, renamed commands)
+            log.info("asking a replica to take over from %s was refused: %s", name, exc)
+            return True
+        except _NO_ANSWER:
+            return False
+        except Exception as exc:  # a shortcut only: Redis's own election goes on
+            log.warning("could not have a replica take over from %s: %r", name, exc)
+            return True
+        log.warning(
+            "master %s failed (the masters agreed): its replica %s took over at once"
+            " (CLUSTER FAILOVER TAKEOVER)", name, best,
+        )  # fmt: skip
+        return True
+
+    async def _offsets(
+        self, replicas: _Replicas, addresses: list[str], name: str
+    ) -> dict[str, int] | None:
+        """`_standing` of each of the replicas at `addresses`, asked at once (None unless
+        every one answered)."""
+        answers = await asyncio.gather(*(self._standing(replicas.node(a), name) for a in addresses))
+        offsets = {a: o for a, o in zip(addresses, answers, strict=True) if o is not None}
+        return offsets if len(offsets) == len(addresses) else None
+
+    async def _standing(self, replica: ClusterNode, name: str) -> int | None:
+        """How much of master `name`'s writes `replica` holds (its replication offset), if
+        it still follows `name` and flags it `fail`; `NEVER` if Redis's own election would
+        not let it stand (`cluster-replica-no-failover`, or its data older than
+        `cluster-replica-validity-factor` allows); None if it does not answer or does not
+        see the failure yet."""
+        own = await self._cluster_nodes(replica) or {}
+        mine = next((n for n in own.values() if "myself" in n.flags), None)
+        suspect = _seen(own, name)
+        if not (mine and mine.master == suspect.id and "fail" in suspect.flags):
+            return None
+        async with asyncio.timeout(WATCH_S):
+            config = await replica.execute_command("CONFIG GET", *ELECTION_SETTINGS)
+            info = await replica.execute_command("INFO", "replication")
+        return replica_offset(config, info)
 
     def _slots_of(self, node: ClusterNode) -> frozenset[int]:
         """The slots `node` serves as far as this client knows."""
@@ -427,21 +532,28 @@ class AgonCluster(RedisCluster):
         return frozenset(slot for slot, nodes in cache.items() if nodes and nodes[0] is node)
 
     async def refresh_slots(self) -> None:
-        """Ask a live node where the slots are now (a failover may have moved them). The
-        nodes counted down or flagged failing are not asked: redis-py asks the nodes it
-        knows in a random order, and each dead one costs a connect timeout (a host whose
-        link is down sends no refusal); those still in the cluster are learnt again."""
+        """Ask a live node where the slots are now (a failover may have moved them): one
+        `_learn_slots` at a time, every caller waiting for it."""
         if self._refreshing is None or self._refreshing.done():
-            known = self.nodes_manager.startup_nodes
-            if self.nodes_manager._dynamic_startup_nodes:  # else they are not learnt again
-                for name in {*self.down, *self.failing} & set(known):
-                    if len(known) > 1:
-                        self._close_if_dropped(known.pop(name))
-            self._refreshing = asyncio.ensure_future(self.nodes_manager.initialize())
+            self._refreshing = asyncio.ensure_future(self._learn_slots())
             self._refreshing.add_done_callback(lambda t: t.cancelled() or t.exception())
         with contextlib.suppress(*_UNREACHABLE):
             await asyncio.shield(self._refreshing)
             self._initialize = False
+
+    async def _learn_slots(self, *args: Any, **kwargs: Any) -> None:
+        """Learn the slots, not asking the nodes counted down or flagged failing (those
+        still in the cluster are learnt again). redis-py asks the nodes it knows in a
+        random order until one answers, and a dead one before a live one costs a connect
+        timeout (a host whose link is down sends no refusal) with every command of the
+        process waiting, its beats and lease renewals too: after its own failures only
+        the node that failed goes last."""
+        known = self.nodes_manager.startup_nodes
+        if self.nodes_manager._dynamic_startup_nodes:  # else they are not learnt again
+            for name in {*self.down, *self.failing} & set(known):
+                if len(known) > 1:
+                    self._close_if_dropped(known.pop(name))
+        await self.nodes_manager.initialize(*args, **kwargs)
 
     async def _determine_slot(self, command: str, *args: Any) -> int:
         if command.upper() in ("XREAD", "XREADGROUP"):
@@ -474,29 +586,43 @@ class _Seen(NamedTuple):
     """One node in a CLUSTER NODES answer."""
 
     #: its flags (master, fail, fail?...)
-    flags: set[str]
+    flags: AbstractSet[str]
     #: when the node asked last heard from it (pong-recv, ms on that node's clock; 0: not
     #: known)
     pong: int
     #: whether it serves slots
     serves: bool
+    #: its node id
+    id: str = ""
+    #: the node id of the master it replicates ("" for a master)
+    master: str = ""
+
+    @property
+    def failing(self) -> bool:
+        return bool(self.flags & FAILING_FLAGS)
+
+
+#: The flags of a node the one asked has not heard from for the node timeout (`fail?`), or
+#: that the masters agreed has failed (`fail`).
+FAILING_FLAGS = frozenset({"fail", "fail?"})
 
 
 def _nodes(raw: Any) -> dict[str, _Seen]:
     """A CLUSTER NODES answer, per node (host:port)."""
     if isinstance(raw, dict):
-        rows = [
-            (str(a), str(n.get("flags")), n.get("last_pong_rcvd", 0), bool(n.get("slots")))
-            for a, n in raw.items()
-        ]
+        fields = ("flags", "last_pong_rcvd", "slots", "node_id", "master_id")
+        rows = [(str(a), *(n.get(f, "") for f in fields)) for a, n in raw.items()]
+        rows = [(a, str(f), p or 0, bool(s), str(i), str(m or "-")) for a, f, p, s, i, m in rows]
     else:
         text = raw.decode() if isinstance(raw, bytes) else str(raw)
         words = [w for w in map(str.split, text.splitlines()) if len(w) > 5]
-        rows = [(w[1], w[2], w[5], len(w) > 8) for w in words]
+        rows = [(w[1], w[2], w[5], len(w) > 8, w[0], w[3]) for w in words]
     out = {}
-    for address, flags, pong, serves in rows:
+    for address, flags, pong, serves, node_id, master in rows:
         with contextlib.suppress(ValueError):
-            out[address.split("@")[0]] = _Seen(set(flags.split(",")), int(pong), serves)
+            out[address.split("@")[0]] = _Seen(
+                set(flags.split(",")), int(pong), serves, node_id, "" if master == "-" else master
+            )
     return out
 
 
@@ -508,7 +634,93 @@ def _failing(raw: Any) -> dict[str, bool]:
 
 def _flagged(nodes: dict[str, _Seen]) -> dict[str, bool]:
     """`_failing` of an answer already read."""
-    return {name: "fail" in n.flags for name, n in nodes.items() if n.flags & {"fail", "fail?"}}
+    return {name: "fail" in n.flags for name, n in nodes.items() if n.failing}
+
+
+#: What decides whether Redis's own election lets a replica stand: an operator's veto, and
+#: how old its data may be (`cluster-replica-validity-factor` node timeouts, plus the
+#: replication ping period; a factor of 0: any age).
+ELECTION_SETTINGS = (
+    "cluster-replica-no-failover",
+    "cluster-replica-validity-factor",
+    "cluster-node-timeout",
+    "repl-ping-replica-period",
+)
+#: `replica_offset` of a replica that may not stand.
+NEVER = -1
+#: How long the replicas' offsets must stand still before one takes over (s): a master
+#: the others flag `fail` but that still writes to its replicas is not dead.
+STILL_S = 0.05
+
+
+def replica_offset(config: Mapping[str, Any], info: Mapping[str, Any]) -> int:
+    """A replica's replication offset from its CONFIG GET of `ELECTION_SETTINGS` and its
+    INFO replication, or `NEVER` where Redis's own election would not let it stand: an
+    operator's `cluster-replica-no-failover`, or data older than the validity factor
+    allows (the age as Redis reckons it: since the link went down, or since the master
+    last spoke, less the node timeout)."""
+    if str(config.get("cluster-replica-no-failover")) != "no":
+        return NEVER
+    timeout_ms = int(config.get("cluster-node-timeout", 0))
+    factor = int(config.get("cluster-replica-validity-factor", 0))
+    ping_ms = int(config.get("repl-ping-replica-period", 10)) * 1000
+    if info.get("master_link_status") == "up":
+        age_ms = int(info.get("master_last_io_seconds_ago", 0)) * 1000
+    else:
+        age_ms = int(info.get("master_link_down_since_seconds", 0)) * 1000
+    if factor and age_ms - timeout_ms > ping_ms + timeout_ms * factor:
+        return NEVER
+    return int(info.get("slave_repl_offset", 0))
+
+
+def best_replica(offsets: Mapping[str, int]) -> str | None:
+    """The replica (host:port) Redis ranks first: the highest offset, then the lowest
+    address (every client chooses the same); None if none may stand."""
+    ranked = sorted(offsets, key=lambda a: (-offsets[a], a))
+    return ranked[0] if ranked and offsets[ranked[0]] != NEVER else None
+
+
+#: A node an answer does not name: neither failing nor serving slots.
+_GONE = _Seen(frozenset(), 0, False)
+
+
+def _seen(view: Mapping[str, _Seen] | None, name: str) -> _Seen:
+    """Node `name` in a CLUSTER NODES answer (`_GONE` if not there, or no answer)."""
+    return (view or {}).get(name, _GONE)
+
+
+class _Replicas:
+    """A probe's connections to a dead master's replicas (`AgonCluster._hasten`): made once
+    a spell, closed when it ends."""
+
+    def __init__(self, connection: Mapping[str, Any]) -> None:
+        self.connection = connection
+        self.nodes: dict[str, ClusterNode] = {}
+
+    def node(self, address: str) -> ClusterNode:
+        if address not in self.nodes:
+            host, _, port = address.rpartition(":")
+            self.nodes[address] = ClusterNode(host, int(port), REPLICA, **self.connection)
+        return self.nodes[address]
+
+    async def close(self) -> None:
+        nodes, self.nodes = list(self.nodes.values()), {}
+        await asyncio.gather(*(n.disconnect() for n in nodes), return_exceptions=True)
+
+
+def takeover(name: str, view: dict[str, _Seen]) -> list[str] | None:
+    """The replicas (host:port) to ask before one takes over from master `name` at once,
+    from CLUSTER NODES as a live master sees it: every one but those the masters agreed
+    failed, once the master is flagged `fail` (the masters agreed) and no replica is only
+    suspected (`fail?`: it may hold what `WAIT` confirmed; Redis's election would still
+    let it stand); [] not yet. None: never (`name` serves no slot, or has no replica)."""
+    suspect = _seen(view, name)
+    replicas = sorted(a for a, n in view.items() if suspect.id and n.master == suspect.id)
+    if not (suspect.serves and replicas):
+        return None
+    if "fail" not in suspect.flags or any("fail?" in view[a].flags for a in replicas):
+        return []
+    return [a for a in replicas if "fail" not in view[a].flags]
 
 
 class _NodeIsolated(PipelineStrategy):

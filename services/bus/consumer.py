@@ -171,10 +171,11 @@ class StreamConsumer:
     partition_streams: dict[int, str] | None = None
     #: this member's share of them while it runs (with `settings.share`)
     ownership: Ownership | None = None
+    #: the look for strays in every partition held, every `STRAYS_EVERY_S`
     _claiming: asyncio.Future[int] | None = None
-    #: a partition was taken since the last look for strays: the next round looks
-    _strays_due = False
     _next_strays = 0.0
+    #: the looks in partitions just taken, each at once
+    _taking: frozenset[asyncio.Future[int]] = frozenset()
     #: spells a master of the cluster did not answer in, with its partitions, not yet
     #: written (`services.bus.outages`): the heartbeat writes them
     spells_unwritten: list[tuple[outages.Spell, list[int]]]
@@ -440,8 +441,9 @@ class StreamConsumer:
             await self.settle()
         finally:
             done.set()
-            if self._claiming is not None:
-                self._claiming.cancel()
+            for claim in (self._claiming, *self._taking):
+                if claim is not None:
+                    claim.cancel()
             await self.reader.close()
             await asyncio.wait([t for t in (housekeeping, sharing) if t], timeout=2.0)
             if self.ownership is not None:
@@ -469,15 +471,23 @@ class StreamConsumer:
                 self.reader.consumer, change.taken, change.lost, len(streams),
             )  # fmt: skip
         # Beside the rounds: a claim that waits on a master that died must not hold back
-        # the renewal of every lease this member holds.
-        self._strays_due |= bool(change.taken)
+        # the renewal of every lease this member holds. The partitions just taken are
+        # looked at at once, beside a look still under way (one held up by that master,
+        # say): a dead member's last batch waits there, every turn and move of it.
+        if change.taken:
+            taken = [self.partition_streams[p] for p in change.taken]
+            self._taking = frozenset({*self._taking, self._claim(taken)})
         now = time.monotonic()
-        if (self._strays_due or now >= self._next_strays) and (
-            self._claiming is None or self._claiming.done()
-        ):
-            self._strays_due, self._next_strays = False, now + STRAYS_EVERY_S
-            self._claiming = asyncio.ensure_future(self.reader.claim_strays(streams))
-            self._claiming.add_done_callback(seen)
+        if now >= self._next_strays and (self._claiming is None or self._claiming.done()):
+            self._next_strays = now + STRAYS_EVERY_S
+            self._claiming = self._claim(streams)
+
+    def _claim(self, streams: list[str]) -> asyncio.Future[int]:
+        """Claim the strays of `streams`, beside the loop (`GroupReader.claim_strays`)."""
+        claim = asyncio.ensure_future(self.reader.claim_strays(streams))
+        claim.add_done_callback(seen)
+        claim.add_done_callback(lambda c: setattr(self, "_taking", self._taking - {c}))
+        return claim
 
     def fence(self, p: int) -> int:
         """The epoch this member's writes in partition `p` carry, for its scripts to check

@@ -29,12 +29,17 @@ from schemas.codec import FIELD, FIELD_BYTES, decode_command, decode_turn, encod
 from schemas.tokens import bot_token
 from schemas.turns import TurnRequest
 from services.bus.connection import (
+    NEVER,
+    NODE_READ_TIMEOUT_S,
     TRANSIENT_ERRORS,
     AgonCluster,
     _failing,
     _nodes,
+    best_replica,
     connect,
     pause_after_failure,
+    replica_offset,
+    takeover,
 )
 from services.bus.keys import ENGINE_GROUP, PROJECTOR_GROUP, WORKERS_GROUP, Keys
 from services.bus.outages import partition_spells, record
@@ -558,3 +563,159 @@ async def test_a_dispatcher_hands_out_the_turns_of_live_masters_and_holds_the_de
                 await d.process(await d.reader.read(None))
             await pause_after_failure(client, 0.05)
     assert d.stats()["fenced"] == 0
+
+
+TAKEOVER_LOG = "Taking over the master (user request)"
+
+
+def test_a_replica_is_had_to_take_over_only_once_the_masters_agreed() -> None:
+    """`takeover`: the masters' verdict (`fail`), never one master's suspicion (`fail?`);
+    and not while a replica is only suspected: it may hold what WAIT confirmed."""
+    head = "07c3 10.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460\n"
+
+    def view(flags: str, *replicas: str) -> dict[str, Any]:
+        lines = [f"292f 10.0.0.3:7002@17002 {flags} - 0 0 3 connected 10923-16383"]
+        for replica in replicas:  # "id host:port [flags]"
+            node_id, address, *its = replica.split()
+            lines.append(f"{node_id} {address}@1 {its[0] if its else 'slave'} 292f 0 0 3 connected")
+        return _nodes((head + "\n".join(lines)).encode())
+
+    one = view("master,fail", "6ec2 10.0.0.4:7003")
+    assert takeover("10.0.0.3:7002", one) == ["10.0.0.4:7003"]
+    assert takeover("10.0.0.3:7002", view("master,fail?", "6ec2 10.0.0.4:7003")) == []
+    assert takeover("10.0.0.3:7002", view("master,fail")) is None
+    two = view("master,fail", "81aa 10.0.0.5:7004", "6ec2 10.0.0.4:7003")
+    assert takeover("10.0.0.3:7002", two) == ["10.0.0.4:7003", "10.0.0.5:7004"]
+    suspected = view("master,fail", "81aa 10.0.0.5:7004", "6ec2 10.0.0.4:7003 slave,fail?")
+    assert takeover("10.0.0.3:7002", suspected) == []
+    failed = view("master,fail", "81aa 10.0.0.5:7004", "6ec2 10.0.0.4:7003 slave,fail")
+    assert takeover("10.0.0.3:7002", failed) == ["10.0.0.5:7004"]
+    assert takeover("10.0.0.1:7000", two) is None  # it has no replica
+
+
+def test_the_replica_chosen_is_the_one_redis_ranks_first_and_may_stand() -> None:
+    """`replica_offset` and `best_replica`: the most writes, then the lowest address (every
+    client the same); none that Redis's election would not let stand."""
+    config = {
+        "cluster-replica-no-failover": "no",
+        "cluster-replica-validity-factor": "10",
+        "cluster-node-timeout": "1000",
+        "repl-ping-replica-period": "10",
+    }
+    down = {"master_link_status": "down", "master_link_down_since_seconds": "2"}
+    assert replica_offset(config, {**down, "slave_repl_offset": "4096"}) == 4096
+    assert replica_offset({**config, "cluster-replica-no-failover": "yes"}, down) == NEVER
+    stale = {**down, "master_link_down_since_seconds": "30", "slave_repl_offset": "4096"}
+    assert replica_offset(config, stale) == NEVER  # 29 s old: over 10 x 1 s + 10 s
+    assert replica_offset({**config, "cluster-replica-validity-factor": "0"}, stale) == 4096
+    up = {"master_link_status": "up", "master_last_io_seconds_ago": "30", "slave_repl_offset": 9}
+    assert replica_offset(config, up) == NEVER
+    assert best_replica({"10.0.0.5:7004": 90, "10.0.0.4:7003": 100}) == "10.0.0.4:7003"
+    assert best_replica({"10.0.0.5:7004": 100, "10.0.0.4:7003": 100}) == "10.0.0.4:7003"
+    assert best_replica({"10.0.0.4:7003": NEVER, "10.0.0.5:7004": 0}) == "10.0.0.5:7004"
+    assert best_replica({"10.0.0.4:7003": NEVER}) is None
+    assert best_replica({}) is None
+
+
+async def until_served_by(client: AgonCluster, victim: int, within_s: float) -> float:
+    """Seconds until the client's slots no longer name the master on port `victim` (its
+    watch sees the masters flag it, and probes it)."""
+    began = time.monotonic()
+    async with asyncio.timeout(within_s):
+        while any(int(n.port) == victim for n in client.get_primaries()):
+            await asyncio.sleep(0.05)
+    return time.monotonic() - began
+
+
+def kill_and_probe(nodes: RedisClusterProcesses, client: AgonCluster, victim: int) -> None:
+    """SIGKILL the master on port `victim`, and have the client meet it at once (as a
+    service with traffic there does: its next command to it is refused)."""
+    nodes.kill(victim)
+    client.node_failed(next(n for n in client.get_primaries() if int(n.port) == victim))
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+async def test_a_dead_masters_replica_takes_over_once_the_masters_agree_not_after_a_wait(
+    replicas: int,
+) -> None:
+    """Redis's own election waits 0.5-1 s after the masters agree that a master failed
+    (more per rank): every game on it stood still that long. A client that sees the
+    verdict has the master's best replica take over at once, and only that one."""
+    async with running_cluster(replicas=replicas, node_timeout_ms=1000) as (nodes, client):
+        victim = int(client.get_primaries()[1].port)
+        followers = nodes.replicas_of(victim)
+        kill_and_probe(nodes, client, victim)
+        await until_served_by(client, victim, within_s=20)
+        logs = [nodes.log_of(port) for port in followers]
+        assert len(logs) == replicas
+        assert sum(TAKEOVER_LOG in log for log in logs) == 1, [log[-1500:] for log in logs]
+        assert not any("Failover election won" in log for log in logs)
+
+
+async def test_a_master_only_this_client_cannot_reach_is_not_taken_over() -> None:
+    """The attack on the shortcut: a master that answers no client (CLIENT PAUSE) but the
+    cluster (its bus) is counted down by this client, and must not lose its slots: only
+    the masters' verdict counts."""
+    async with running_cluster(replicas=1, node_timeout_ms=1000) as (nodes, client):
+        victim = client.get_primaries()[1]
+        replica = nodes.replica_of(int(victim.port))
+        other = next(n for n in client.get_primaries() if n is not victim)
+        await victim.execute_command("CLIENT", "PAUSE", "3000", "ALL")
+        client.node_failed(victim)
+        await asyncio.sleep(1.0)
+        assert client.is_down(victim), "its PING should have gone unanswered"
+        await asyncio.sleep(2.5)  # over twice the node timeout, the client probing it
+        assert TAKEOVER_LOG not in nodes.log_of(replica)
+        rows = _nodes(await other.execute_command("CLUSTER NODES"))
+        assert rows[victim.name].serves and "master" in rows[victim.name].flags
+
+
+async def test_a_replica_an_operator_keeps_from_standing_is_not_had_to_take_over() -> None:
+    """`cluster-replica-no-failover yes`: an operator fails that master over by hand (a
+    replica in another data centre, say). Redis's election leaves it alone; so must the
+    clients, even once the masters agree that its master failed."""
+    async with running_cluster(replicas=1, node_timeout_ms=1000) as (nodes, client):
+        victim = int(client.get_primaries()[1].port)
+        replica = nodes.replica_of(victim)
+        held = ClusterNode("127.0.0.1", replica)
+        await held.execute_command("CONFIG", "SET", "cluster-replica-no-failover", "yes")
+        await held.disconnect()
+        kill_and_probe(nodes, client, victim)
+        async with asyncio.timeout(20):  # the masters' verdict, then a second more
+            while not any(
+                int(row["port"]) == victim and "fail" in row["flags"].split(",")
+                for row in nodes.cluster_nodes(replica)
+            ):
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)
+        assert any(int(n.port) == victim for n in client.get_primaries())
+        assert TAKEOVER_LOG not in nodes.log_of(replica)
+
+
+async def test_learning_the_slots_again_does_not_ask_a_master_counted_down(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """redis-py learns the slots again after a failure from the nodes it knows in a random
+    order, and a dead one before a live one costs a connect timeout (a read timeout
+    here) with every command of the process waiting: in kill-host runs a member's beats
+    and renewals stopped for over a second, and the others took its partitions. A master
+    the client counted down is not asked. Here the order is the worst: it comes first."""
+    import redis.asyncio.cluster as redis_cluster
+
+    async with running_cluster() as (nodes, client):
+        victim = client.get_primaries()[1]
+        monkeypatch.setattr(
+            redis_cluster.random, "shuffle", lambda ns: ns.sort(key=lambda n: n is not victim)
+        )
+        nodes.pause(int(victim.port))
+        try:
+            client.node_failed(victim)
+            async with asyncio.timeout(5):
+                while not client.is_down(victim):
+                    await asyncio.sleep(0.05)
+            client._initialize = True  # as after any command's connection error
+            async with asyncio.timeout(NODE_READ_TIMEOUT_S):  # no node's read timeout
+                await client.initialize()
+        finally:
+            nodes.resume(int(victim.port))
+        assert client._initialize is False

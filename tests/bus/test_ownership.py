@@ -427,6 +427,31 @@ async def test_what_a_stale_owner_read_after_the_take_is_claimed_within_strays_e
     assert [e.entry_id for e in got] == [sent]
 
 
+async def test_a_partition_taken_is_looked_at_at_once_beside_a_look_under_way(
+    redis: aioredis.Redis, namespace: str
+) -> None:
+    """A look for strays held up (by a master failing over, say) must not hold back those
+    of a partition just taken: in a kill-host run a dead engine's last batch, a move of
+    the slowest game among it, waited 0.8 s after the take for the look before it."""
+    keys = Keys(prefix=namespace)
+    engine = EngineService(redis, keys, consumer="engine-a")
+    await beat(redis, keys, "engine-a", ENGINE_GROUP, ENGINE_GROUP)
+    engine.ownership = Ownership(redis, keys, ENGINE_GROUP, "engine-a")
+    await engine.setup()
+    held: asyncio.Future[int] = asyncio.get_running_loop().create_future()  # never ends
+    engine._claiming, engine._next_strays = held, 0.0
+    p = 5
+    sent = await redis.xadd(keys.commands(p), {"m": b"read by the member that died"})
+    await redis.xreadgroup(ENGINE_GROUP, "engine-dead", {keys.commands(p): ">"})
+    try:
+        await engine.rebalance()  # takes every partition
+        assert engine._taking, "no look at the partitions taken"
+        await asyncio.wait(engine._taking, timeout=5)
+        assert [e.entry_id for e in await engine.reader.read(None)] == [sent]
+    finally:
+        held.cancel()
+
+
 async def test_a_take_the_replicas_have_not_confirmed_is_not_used(
     primary_and_replica: PrimaryAndReplica,
 ) -> None:

@@ -206,9 +206,17 @@ class RedisClusterProcesses(Server):
 
     def replica_of(self, port: int) -> int:
         """The port of a replica that follows the master on `port` now."""
+        return self.replicas_of(port)[0]
+
+    def replicas_of(self, port: int) -> list[int]:
+        """The ports of the replicas that follow the master on `port` now."""
         rows = self.cluster_nodes()
         master = next(row["id"] for row in rows if int(row["port"]) == port)
-        return next(int(row["port"]) for row in rows if row["master"] == master)
+        return [int(row["port"]) for row in rows if row["master"] == master]
+
+    def log_of(self, port: int) -> str:
+        """What the node on `port` logged so far."""
+        return self._node(port).log.read_text(errors="replace")
 
     def pause(self, port: int) -> None:
         """SIGSTOP the node on `port`: it neither answers nor replicates until `resume`."""
