@@ -284,10 +284,14 @@ class AgonCluster(RedisCluster):
             n is not node
             for n in chain(manager.nodes_cache.values(), manager.startup_nodes.values())
         ):
-            task = asyncio.ensure_future(node.disconnect())
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
-            task.add_done_callback(seen)
+            self._close_later(node.disconnect())
+
+    def _close_later(self, closing: Awaitable[Any]) -> None:
+        """Close connections beside the caller (`aclose` waits for what is left)."""
+        task = asyncio.ensure_future(closing)
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+        task.add_done_callback(seen)
 
     async def _watch(self) -> None:
         """Every `WATCH_S`, ask a live master which nodes the cluster sees failing: a master
@@ -300,13 +304,9 @@ class AgonCluster(RedisCluster):
             if not asking:
                 continue
             node = asking[int(time.monotonic() / WATCH_S) % len(asking)]
-            try:
-                async with asyncio.timeout(WATCH_S):
-                    raw = await node.execute_command("CLUSTER NODES")
-            except _NO_ANSWER:
+            if (nodes := await self._cluster_nodes(node)) is None:
                 continue
             primaries = {n.name: n for n in self.get_primaries()}
-            nodes = _nodes(raw)
             for name, node_seen in nodes.items():
                 if node_seen.pong:
                     self.heard[name] = node_seen.pong
@@ -411,7 +411,7 @@ class AgonCluster(RedisCluster):
             raise
         finally:
             ping.cancel()
-            await replicas.close()
+            self._close_later(replicas.close())
             if self.probes.get(name) is me:
                 del self.probes[name]
                 self.down.discard(name)
@@ -465,11 +465,11 @@ class AgonCluster(RedisCluster):
         rank behind the best replica. Only that wait is skipped, and only where nothing
         depends on it (`takeover`, `_standing`): the master is `fail` (the masters' own
         verdict, never this client's); no replica of it is only suspected (`fail?`), and
-        every other one answers, follows it, flags it `fail` too and would be eligible
-        for Redis's own election (its data not too old, no `cluster-replica-no-failover`);
-        and their offsets stand still for `STILL_S` (the master writes no more). The
-        one chosen is the one Redis ranks first: the most of its master's writes (so
-        every write `WAIT` confirmed), the lowest address on a tie (so every client that
+        every other one answers, follows it and flags it `fail` too; and their offsets
+        stand still for `STILL_S` (the master writes no more). Of those Redis's own
+        election would let stand (data not too old, no `cluster-replica-no-failover`),
+        the one chosen holds the most of its master's writes (so every write `WAIT`
+        confirmed), the first address in string order on a tie (so every client that
         asks chooses the same)."""
         choice = takeover(name, view)
         if not choice:
@@ -483,15 +483,16 @@ class AgonCluster(RedisCluster):
                 return False  # the master still writes to them: not dead yet
             best = best_replica(offsets)
             if best is None:
-                return True  # none may stand: Redis would elect none either
+                log.info("master %s failed: no replica of it may stand, none takes over", name)
+                return True
             async with asyncio.timeout(WATCH_S):
                 await replicas.node(best).execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
+        except _NO_ANSWER:
+            return False
         except ResponseError as exc:
             # it took over already, or this Redis does not let us (ACL, renamed commands)
             log.info("asking a replica to take over from %s was refused: %s", name, exc)
             return True
-        except _NO_ANSWER:
-            return False
         except Exception as exc:  # a shortcut only: Redis's own election goes on
             log.warning("could not have a replica take over from %s: %r", name, exc)
             return True
@@ -506,8 +507,12 @@ class AgonCluster(RedisCluster):
     ) -> dict[str, int] | None:
         """`_standing` of each of the replicas at `addresses`, asked at once (None unless
         every one answered)."""
-        answers = await asyncio.gather(*(self._standing(replicas.node(a), name) for a in addresses))
-        offsets = {a: o for a, o in zip(addresses, answers, strict=True) if o is not None}
+        asking = (self._standing(replicas.node(a), name) for a in addresses)
+        answers = await asyncio.gather(*asking, return_exceptions=True)
+        for answer in answers:
+            if isinstance(answer, BaseException) and not isinstance(answer, _NO_ANSWER):
+                raise answer  # (a refusal: the caller gives up)
+        offsets = {a: o for a, o in zip(addresses, answers, strict=True) if isinstance(o, int)}
         return offsets if len(offsets) == len(addresses) else None
 
     async def _standing(self, replica: ClusterNode, name: str) -> int | None:
@@ -674,8 +679,8 @@ def replica_offset(config: Mapping[str, Any], info: Mapping[str, Any]) -> int:
 
 
 def best_replica(offsets: Mapping[str, int]) -> str | None:
-    """The replica (host:port) Redis ranks first: the highest offset, then the lowest
-    address (every client chooses the same); None if none may stand."""
+    """The replica (host:port) with the highest offset, then the first address in string
+    order (every client chooses the same); None if none may stand."""
     ranked = sorted(offsets, key=lambda a: (-offsets[a], a))
     return ranked[0] if ranked and offsets[ranked[0]] != NEVER else None
 

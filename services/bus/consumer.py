@@ -474,13 +474,13 @@ class StreamConsumer:
         # the renewal of every lease this member holds. The partitions just taken are
         # looked at at once, beside a look still under way (one held up by that master,
         # say): a dead member's last batch waits there, every turn and move of it.
-        if change.taken:
-            taken = [self.partition_streams[p] for p in change.taken]
-            self._taking = frozenset({*self._taking, self._claim(taken)})
         now = time.monotonic()
         if now >= self._next_strays and (self._claiming is None or self._claiming.done()):
             self._next_strays = now + STRAYS_EVERY_S
             self._claiming = self._claim(streams)
+        elif change.taken:
+            taken = [self.partition_streams[p] for p in change.taken]
+            self._taking = frozenset({*self._taking, self._claim(taken)})
 
     def _claim(self, streams: list[str]) -> asyncio.Future[int]:
         """Claim the strays of `streams`, beside the loop (`GroupReader.claim_strays`)."""
