@@ -101,12 +101,12 @@ async def failover_run(ack_replicas: int) -> tuple[FaultLine, Tally]:
                 acked=len(tally.acked),
                 lost=lost,
                 doubled=doubled,
-                wedged=stalled,
+                wedged=len(stalled),
                 problems=len(problems),
                 promise=ack_replicas > 0,
                 note=f"resumed in {tally.recovery_s:.1f} s, {tally.unanswered} commands "
                 f"re-sent, {tally.resyncs} drivers re-read a log, {len(bots)} bot games"
-                + "".join(f"\n  {p}" for p in problems[:5]),
+                + "".join(f"\n  {p}" for p in [*stalled, *problems][:5]),
             )
             record(line)
             return line, tally

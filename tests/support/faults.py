@@ -184,11 +184,14 @@ async def bot_games(
         await asyncio.sleep(every_s)
 
 
-async def unfinished(redis: Client, keys: Keys, game_ids: Sequence[str], within_s: float) -> int:
-    """How many of the games have not ended (by their views) within `within_s`; a read that
-    meets a failover still in progress (play may resume on the other masters first) is
-    read again, for up to `READ_AGAIN_S` past `within_s` (an election can outlast a short
-    wait on a loaded machine); a game read then counts as ended only if it ended in time."""
+async def unfinished(
+    redis: Client, keys: Keys, game_ids: Sequence[str], within_s: float
+) -> list[str]:
+    """The games that have not ended (by their views) within `within_s`, each as a line
+    saying where it stands (its view and its log's last event); a read that meets a
+    failover still in progress (play may resume on the other masters first) is read again,
+    for up to `READ_AGAIN_S` past `within_s` (an election can outlast a short wait on a
+    loaded machine); a game read then counts as ended only if it ended in time."""
     query, ids = QueryClient(redis, keys), list(game_ids)
     deadline, ends_by = time.monotonic() + within_s, now_ms() + int(within_s * 1000)
     while True:
@@ -204,8 +207,17 @@ async def unfinished(redis: Client, keys: Keys, game_ids: Sequence[str], within_
                 if not v or v["status"] != "ended" or v["updated"] > ends_by
             ]
             if not ids or time.monotonic() > deadline:
-                return len(ids)
+                break
         await asyncio.sleep(0.2)
+    return [await _where(query, gid, v) for gid, v in zip(ids, await query.views(ids), strict=True)]
+
+
+async def _where(query: QueryClient, game_id: str, view: Any) -> str:
+    """One unfinished game's standing: what its view says, and its log's last event."""
+    log = await query.log(game_id)
+    last = unpack_event(log[-1].data) if log else {}
+    seen = f"view {view['status']} at seq {view['seq']}" if view else "no view"
+    return f"{game_id}: {seen}; log {len(log)} events, the last {last.get('type')}"
 
 
 async def lost_and_doubled(redis: Client, keys: Keys, tally: Tally) -> tuple[int, int]:

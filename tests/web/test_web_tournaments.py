@@ -22,6 +22,7 @@ from playwright.async_api import Page
 from schemas.tournaments import SprtSpec, TournamentSpec, new_tournament_id
 from services.bus.keys import Keys
 from services.bus.text import now_ms
+from services.tournament.director import cancel
 from services.tournament.store import TournamentStore
 from tests.support.browser import SCREENSHOTS, Site
 from tests.support.gateway import Arena, running_arena, until
@@ -217,6 +218,30 @@ async def test_a_game_not_created_yet_shows_as_waiting_without_a_link(
     await shots(page, "tournament-waiting", "table#schedule")
 
 
+async def test_a_match_that_ends_with_its_pairs_unchanged_says_so(
+    arena: Arena, site: Site, client: TestClient, page: Page
+) -> None:
+    # Bots nobody serves: no pair ever completes, so the SPRT the page drew while the
+    # match ran is the SPRT of its end; only the status changes. (The page once kept its
+    # "so far" then, when the last pair's results came before the director's end.)
+    spec = TournamentSpec(
+        format="match",
+        game="teeko",
+        bots=["idle", "idle.2"],
+        concurrency=1,
+        sprt=SprtSpec(elo0=0, elo1=200),
+        max_pairs=2,
+    )
+    tid = await create(arena, spec)
+    await page.goto(f"{site.url}/tournaments/{tid}")
+    verdict = page.locator("#verdict")
+    await verdict.filter(has_text="Undecided so far: 0 pairs played.").wait_for()
+    await cancel(TournamentStore(arena.redis, arena.keys), tid)
+    await page.wait_for_selector('#tour-status[data-status="ended"]', timeout=10_000)
+    assert (await report(client, tid))["sprt"]["trajectory"] == []
+    await verdict.filter(has_text="Undecided after 0 pairs.").wait_for(timeout=10_000)
+
+
 async def test_a_match_draws_its_llr_and_bounds_and_the_leaderboard_rates_the_bots(
     arena: Arena, site: Site, client: TestClient, page: Page
 ) -> None:
@@ -266,13 +291,7 @@ async def test_a_match_draws_its_llr_and_bounds_and_the_leaderboard_rates_the_bo
     verdict = page.locator("#verdict")
     assert await verdict.get_attribute("data-verdict") == sprt["verdict"]
     if rep["ended"]["reason"] == "max-pairs":
-        # The page may have read the report between the last pair's results and the
-        # director's end of the match: it reads it again until it has ended.
-        await page.wait_for_function(
-            "() => document.querySelector('#verdict')?.textContent"
-            ".includes('Undecided after 6 pairs')",
-            timeout=15_000,
-        )
+        assert "Undecided after 6 pairs." in await verdict.inner_text()
     pair = await page.inner_text("table#pairs tr[data-pair]")
     p = rep["pairs"][0]
     assert f"{p['wins']}-{p['losses']}-{p['draws']}" in pair

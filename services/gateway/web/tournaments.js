@@ -409,7 +409,8 @@ class TournamentPage {
     const set = (key, data, draw) => el[key] && this.parts.set(el[key], key, data, draw);
     this.parts.set(this.head, "head", [rep.status, rep.ended, rep.games, rep.rounds], () =>
       this.state(rep));
-    if (rep.sprt) set("sprt", rep.sprt, () => this.sprt(rep));
+    // The verdict reads "so far" while the match runs, "after" once it ended.
+    if (rep.sprt) set("sprt", [rep.sprt, rep.status], () => this.sprt(rep));
     set("standings", rep.standings, () => [
       h("h2", {}, "Standings"),
       this.standings(rep),
