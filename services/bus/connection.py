@@ -602,15 +602,6 @@ class _Seen(NamedTuple):
     #: the node id of the master it replicates ("" for a master)
     master: str = ""
 
-    @property
-    def failing(self) -> bool:
-        return bool(self.flags & FAILING_FLAGS)
-
-
-#: The flags of a node the one asked has not heard from for the node timeout (`fail?`), or
-#: that the masters agreed has failed (`fail`).
-FAILING_FLAGS = frozenset({"fail", "fail?"})
-
 
 def _nodes(raw: Any) -> dict[str, _Seen]:
     """A CLUSTER NODES answer, per node (host:port)."""
@@ -638,8 +629,9 @@ def _failing(raw: Any) -> dict[str, bool]:
 
 
 def _flagged(nodes: dict[str, _Seen]) -> dict[str, bool]:
-    """`_failing` of an answer already read."""
-    return {name: "fail" in n.flags for name, n in nodes.items() if n.failing}
+    """`_failing` of an answer already read: `fail?` is a node the one asked has not heard
+    from for the node timeout, `fail` one the masters agreed has failed."""
+    return {name: "fail" in n.flags for name, n in nodes.items() if {"fail", "fail?"} & n.flags}
 
 
 #: What decides whether Redis's own election lets a replica stand: an operator's veto, and

@@ -479,14 +479,14 @@ class StreamConsumer:
             self._next_strays = now + STRAYS_EVERY_S
             self._claiming = self._claim(streams)
         elif change.taken:
-            taken = [self.partition_streams[p] for p in change.taken]
-            self._taking = frozenset({*self._taking, self._claim(taken)})
+            take = self._claim([self.partition_streams[p] for p in change.taken])
+            take.add_done_callback(lambda c: setattr(self, "_taking", self._taking - {c}))
+            self._taking = frozenset({*self._taking, take})
 
     def _claim(self, streams: list[str]) -> asyncio.Future[int]:
         """Claim the strays of `streams`, beside the loop (`GroupReader.claim_strays`)."""
         claim = asyncio.ensure_future(self.reader.claim_strays(streams))
         claim.add_done_callback(seen)
-        claim.add_done_callback(lambda c: setattr(self, "_taking", self._taking - {c}))
         return claim
 
     def fence(self, p: int) -> int:
