@@ -25,8 +25,10 @@ the pace well inside the games' move time. A batch with turns a master held back
 paced.
 
 With `replicas` (`--ack-replicas`, as the engine's), a batch of turns is acknowledged only
-once that many replicas hold the moves sent for it; otherwise the turns are answered again
-(under the same command ids), so a master failover cannot lose a move and stall its game.
+once that many replicas hold the moves sent for it; otherwise those moves are sent again as
+they were (the same command, whatever the log says meanwhile: a head past the turn may be
+that very move, on a master that dies before a replica holds it), so a master failover
+cannot lose a move and stall its game.
 """
 
 from __future__ import annotations
@@ -89,6 +91,9 @@ class BotWorker(StreamConsumer):
         self._positions = Positions(self.settings.cache_size)
         #: turns whose game's master did not answer: answered with the next batch
         self._held: list[Entry] = []
+        #: the moves sent for turns held because no replica confirmed them, by (game, seq):
+        #: sent again as they were
+        self._unconfirmed: dict[tuple[str, int], PlayMove] = {}
         #: Starts the turns' clocks; without `clock_key`, `setup` finds the deployment's.
         self.deliveries = Deliveries(redis, keys, clock_key, clock) if clock_key else None
 
@@ -132,7 +137,8 @@ class BotWorker(StreamConsumer):
                 # Only the dispatcher writes inboxes: there is nobody to answer.
                 await self.set_aside(entry, f"{exc.code}: {exc.message}")
         away: set[str] = set()
-        requests = [r for _, r in turns]
+        resend = [c for _, r in turns if (c := self._unconfirmed.get((r.game_id, r.seq)))]
+        requests = [r for _, r in turns if (r.game_id, r.seq) not in self._unconfirmed]
         # Turns taken over from a worker that died with them: the bot's clock
         # starts again, what it lost there being the platform's.
         again = {r.game_id for e, r in turns if e.taken_over}
@@ -140,7 +146,9 @@ class BotWorker(StreamConsumer):
         if current and paced:
             await asyncio.sleep(self.pace_ms / 1000)
         loop = asyncio.get_running_loop()
-        sent: list[tuple[str, concurrent.futures.Future[None]]] = []
+        sent: list[tuple[PlayMove, concurrent.futures.Future[None]]] = []
+        # Sent again first, as they were: no thinking, and the turn's clock is the one sent.
+        again_sent = [(c, asyncio.ensure_future(self._send(c, self.clock(), None))) for c in resend]
 
         def think() -> None:
             # One turn after another, each move sent the moment it is chosen; turn i of k
@@ -155,18 +163,22 @@ class BotWorker(StreamConsumer):
                 planned = take_planned_stop_ms()  # when a thinking bot meant to stop
                 if command is not None:
                     coro = self._send(command, self.clock(), planned)
-                    sent.append((req.game_id, asyncio.run_coroutine_threadsafe(coro, loop)))
+                    sent.append((command, asyncio.run_coroutine_threadsafe(coro, loop)))
 
         await asyncio.to_thread(think)
-        results = await asyncio.gather(
-            *(asyncio.wrap_future(f) for _, f in sent), return_exceptions=True
-        )
-        for (game_id, _), result in zip(sent, results, strict=True):
+        sent_all = [*again_sent, *((c, asyncio.wrap_future(f)) for c, f in sent)]
+        results = await asyncio.gather(*(f for _, f in sent_all), return_exceptions=True)
+        for (command, _), result in zip(sent_all, results, strict=True):
             if isinstance(result, TRANSIENT_ERRORS):
-                away.add(game_id)  # answered again, under the same command id
+                away.add(command.game_id)
+                self._unconfirmed[command.game_id, command.expected_seq] = command
             elif isinstance(result, BaseException):
                 raise result
-        self.moves_sent += len(sent) - sum(isinstance(r, BaseException) for r in results)
+            else:
+                self._unconfirmed.pop((command.game_id, command.expected_seq), None)
+        while len(self._unconfirmed) > self.settings.cache_size:
+            del self._unconfirmed[next(iter(self._unconfirmed))]  # claimed by another
+        self.moves_sent += len(sent_all) - sum(isinstance(r, BaseException) for r in results)
         self._held = [e for e, r in turns if r.game_id in away]
         await self.reader.ack([e for e, r in turns if r.game_id not in away])
 

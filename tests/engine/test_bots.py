@@ -416,3 +416,29 @@ async def test_with_replicas_a_worker_acknowledges_a_turn_once_a_replica_holds_i
     moves = [decode_command(f[FIELD_BYTES]) for _, f in rows]
     ids = [c.command_id for c in moves if isinstance(c, PlayMove)]
     assert len(ids) == 2 and len(set(ids)) == 1, ids
+
+
+async def test_with_replicas_a_turn_whose_unconfirmed_move_was_played_is_held_not_dropped(
+    primary_and_replica: PrimaryAndReplica,
+) -> None:
+    # The move reached the master and the engine played it, but no replica holds either:
+    # the log's head past the turn may die with its master. The turn is not done until a
+    # replica holds the move: its command is sent again as it was, and the turn held.
+    redis, replica = primary_and_replica.redis, primary_and_replica.replica
+    engine = EngineService(redis, KEYS)
+    await start_game(redis, engine)
+    head = await redis.xlen(KEYS.log("g1"))
+    inbox = KEYS.bot_turns("random")
+    await redis.xadd(inbox, {FIELD: encode(request("g1", head, []))})
+    worker = BotWorker(redis, "random", KEYS, replicas=1, replica_timeout_ms=100)
+    await worker.drain()  # no replica confirms the move: held
+    await engine.drain()
+    assert await redis.xlen(KEYS.log("g1")) == head + 1
+    await worker.tick()
+    assert (await redis.xpending(inbox, WORKERS_GROUP))["pending"] == 1, "acknowledged unheld"
+    await primary_and_replica.follow()
+    await worker.tick()
+    assert (await redis.xpending(inbox, WORKERS_GROUP))["pending"] == 0
+    assert await replica.xlen(KEYS.log("g1")) == head + 1
+    first, *again = await commands(replica, "g1")
+    assert again and all(c == first for c in again), "not the same command sent again"
