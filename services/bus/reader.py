@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import ResponseError
+from redis.exceptions import ClusterError, RedisClusterException, ResponseError
 
 from schemas.codec import FIELD_BYTES
 from services.bus.cache import LRU
@@ -322,9 +322,14 @@ class GroupReader:
                     log.warning("%s: reading %s failed: %s", self.consumer, stream, exc)
                 await asyncio.sleep(RETRY_PAUSE_S)
                 continue
-            except TRANSIENT_ERRORS:
+            except (*TRANSIENT_ERRORS, RedisClusterException, ClusterError) as exc:
                 # Its answer may have been lost with the connection: what Redis delivered
-                # meanwhile is pending with this consumer; read it again.
+                # meanwhile is pending with this consumer; read it again. On a cluster the
+                # client may also have lost track of the stream's slot for a moment (no
+                # node serves it in the map it learnt, or redirections ran out): a lane
+                # that ended there left its stream unread for good.
+                if not isinstance(exc, TRANSIENT_ERRORS):
+                    log.warning("%s: reading %s failed: %s; retrying", self.consumer, stream, exc)
                 self.recover([stream])
                 await pause_after_failure(self.redis, RETRY_PAUSE_S)
                 continue

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from redis.asyncio.cluster import ClusterNode
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bots.worker import BotWorker
@@ -163,6 +164,39 @@ async def test_a_reader_recovers_its_pending_entries_of_live_streams_beside_a_de
     alive = {s for s in streams if port_of(client, s) != victim}
     assert {e.stream for e in again} == alive
     assert len(again) == len(alive)
+
+
+async def test_a_reader_reads_on_after_its_client_lost_track_of_the_streams_slot(
+    cluster: tuple[RedisClusterProcesses, AgonCluster],
+) -> None:
+    # No node serves the stream's slot for a moment (resharding, or the map a client
+    # learns amid a failover): redis-py raises RedisClusterException, neither a reply nor
+    # a transient error. The lane that read the stream ended there, and the stream was
+    # never read again, its slot back or not.
+    _, client = cluster
+    stream = "dn:{0}:commands"
+    owner = client.get_node_from_key(stream)
+    assert owner is not None
+    reader = GroupReader(client, [stream], "g", "c1", heartbeats="dn:processes")
+    await reader.setup()
+    slot = client.keyslot(stream)
+    try:
+        for node in client.get_primaries():
+            await node.execute_command("CLUSTER", "DELSLOTS", slot)
+        assert await reader.read(300) == []
+        await owner.execute_command("CLUSTER", "ADDSLOTS", slot)
+        got: list[Any] = []
+        async with asyncio.timeout(15):
+            while True:  # until every node has heard that the owner serves it again
+                with contextlib.suppress(RedisClusterException):
+                    await client.xadd(stream, {"m": b"back"})
+                    break
+                await asyncio.sleep(0.1)
+            while not got:
+                got = await reader.read(300)
+        assert [e.data for e in got] == [b"back"]
+    finally:
+        await reader.close()
 
 
 def test_nobody_is_judged_dead_right_after_the_beats_come_back() -> None:
