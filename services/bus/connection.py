@@ -46,6 +46,7 @@ from redis.exceptions import (
     AskError,
     AuthenticationError,
     ClusterDownError,
+    ClusterError,
     MovedError,
     OutOfMemoryError,
     ReadOnlyError,
@@ -82,6 +83,16 @@ TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
     ClusterDownError,
     TryAgainError,
     OSError,
+)
+
+#: A cluster client's map of the slots behind the cluster's (a failover or a resharding
+#: moved them, or a node it learnt from did not serve them all yet): never about what a
+#: request holds, so never a reason to set an entry aside; the map is learnt again.
+ROUTING_ERRORS: tuple[type[Exception], ...] = (
+    MovedError,
+    AskError,
+    RedisClusterException,
+    ClusterError,
 )
 
 #: Waiting for Redis at start-up: first pause, longest pause.

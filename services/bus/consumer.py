@@ -33,6 +33,7 @@ from redis.crc import key_slot
 from schemas.codec import FIELD
 from services.bus import outages
 from services.bus.connection import (
+    ROUTING_ERRORS,
     TRANSIENT_ERRORS,
     WRITES_REFUSED,
     AgonCluster,
@@ -575,8 +576,8 @@ class StreamConsumer:
         try:
             await (self.process_overlapped if overlapped else self.process)(entries)
             self.entries_handled += len(entries)
-        except TRANSIENT_ERRORS:
-            raise
+        except (*TRANSIENT_ERRORS, *ROUTING_ERRORS):
+            raise  # Redis's, not the entries': the loop reads the batch again
         except Exception as exc:
             self.forget()
             if not entries:

@@ -18,7 +18,8 @@ Dead consumers are noticed in about a second, not minutes: every running consume
 entries pending with a consumer that is not alive by its beat (none for `ALIVE_MS`, 0.7 s),
 so a killed bot worker's turn is answered by another well inside a 2 s move clock.
 Housekeeping removes dead consumers that hold nothing from the group; the sweep sets
-aside entries delivered `max_deliveries` times (they kill whoever takes them). Entries
+aside another consumer's entries delivered `max_deliveries` times (they kill whoever takes
+them; a consumer's own reads of its entries after failed batches do not count). Entries
 idle for `claim_idle_ms` are claimed too, from a stuck process that still beats or from
 this consumer itself (a read whose answer was lost on a dropped connection).
 """
@@ -33,11 +34,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import ClusterError, RedisClusterException, ResponseError
+from redis.exceptions import ResponseError
 
 from schemas.codec import FIELD_BYTES
 from services.bus.cache import LRU
 from services.bus.connection import (
+    ROUTING_ERRORS,
     TRANSIENT_ERRORS,
     Client,
     is_cluster,
@@ -322,7 +324,7 @@ class GroupReader:
                     log.warning("%s: reading %s failed: %s", self.consumer, stream, exc)
                 await asyncio.sleep(RETRY_PAUSE_S)
                 continue
-            except (*TRANSIENT_ERRORS, RedisClusterException, ClusterError) as exc:
+            except (*TRANSIENT_ERRORS, *ROUTING_ERRORS) as exc:
                 # Its answer may have been lost with the connection: what Redis delivered
                 # meanwhile is pending with this consumer; read it again. On a cluster the
                 # client may also have lost track of the stream's slot for a moment (no
@@ -465,7 +467,7 @@ class GroupReader:
         """Take over entries of dead consumers and entries stuck with live ones.
 
         One pipelined XPENDING per stream that has pending entries finds them; XCLAIM takes
-        them. Entries delivered `max_deliveries` times go to `poison` instead.
+        them. Another's entries delivered `max_deliveries` times go to `poison` instead.
         """
         idle = min(self.dead_idle_ms, self.claim_idle_ms)
         streams = list(self.streams)  # a rebalance may change them while this waits
@@ -481,7 +483,10 @@ class GroupReader:
         }
         owners.discard(self.consumer)
         dead = await self.dead_consumers(owners)
-        take: dict[str, list[tuple[bytes, int, bool]]] = {}  # id, deliveries, of a dead one
+        # id; deliveries, counted against `max_deliveries` only for another's entry (an
+        # entry's own consumer reads it again after each failed batch, each read counted:
+        # a master away for a while made a turn poison); of a dead consumer
+        take: dict[str, list[tuple[bytes, int, bool]]] = {}
         for stream, rows in zip(streams, rows_by_stream, strict=True):
             if isinstance(rows, Exception):
                 continue  # no group yet: the next read makes it
@@ -494,9 +499,8 @@ class GroupReader:
                     (stream, row["message_id"])
                 )
                 if lost or owner in dead or row["time_since_delivered"] >= self.claim_idle_ms:
-                    take.setdefault(stream, []).append(
-                        (row["message_id"], int(row["times_delivered"]), owner in dead)
-                    )
+                    n = int(row["times_delivered"]) if owner != self.consumer else 0
+                    take.setdefault(stream, []).append((row["message_id"], n, owner in dead))
         if not take:
             return []
         pipe = self.redis.pipeline(transaction=False)

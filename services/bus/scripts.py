@@ -22,7 +22,13 @@ from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.exceptions import AskError, MovedError, NoScriptError, RedisClusterException
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from services.bus.connection import TRANSIENT_ERRORS, AgonCluster, Client, ReplicasBehind
+from services.bus.connection import (
+    ROUTING_ERRORS,
+    TRANSIENT_ERRORS,
+    AgonCluster,
+    Client,
+    ReplicasBehind,
+)
 
 #: One script call: its keys and its arguments.
 Call = tuple[Sequence[Any], Sequence[Any]]
@@ -228,7 +234,9 @@ def each_confirmed(answers: Sequence[tuple[Any, bool]], short: str) -> list[Any]
     moment of a failover is raised."""
     out = []
     for answer, ok in answers:
-        if isinstance(answer, Exception) and not isinstance(answer, TRANSIENT_ERRORS):
+        if isinstance(answer, Exception) and not isinstance(
+            answer, (*TRANSIENT_ERRORS, *ROUTING_ERRORS)
+        ):
             raise answer
         out.append(answer if ok or isinstance(answer, Exception) else ReplicasBehind(short))
     return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import msgpack
@@ -15,14 +15,17 @@ import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import MovedError, RedisClusterException
 
 from schemas.commands import CreateGame, SeatSpec
 from services.bus.clients import CommandClient, QueryClient
+from services.bus.connection import ReplicasBehind
+from services.bus.consumer import StreamConsumer
 from services.bus.embedded import EmbeddedRedis
 from services.bus.keys import ENGINE_GROUP, Keys
 from services.bus.presence import beat
-from services.bus.reader import GroupReader
-from services.bus.scripts import Script
+from services.bus.reader import Entry, GroupReader
+from services.bus.scripts import Script, confirmed, each_confirmed
 from services.bus.text import now_ms
 from services.cli.pipeline import ServiceSet, create_games
 from services.engine_service import EngineService
@@ -356,3 +359,58 @@ async def test_a_replicated_script_call_after_script_flush_loads_it_and_is_confi
     assert await replica.mget("a", "b") == [b"2", b"5"]
     # A replica fewer than asked for: done, but not confirmed.
     assert await incr.run_replicated(redis, calls[:1], 2, 50) == [(4, False)]
+
+
+class SlotLost(StreamConsumer):
+    """A consumer whose batches meet a cluster client that lost track of a slot."""
+
+    role = "slot-lost"
+
+    def __init__(self, redis: aioredis.Redis, keys: Keys, stream: str) -> None:
+        self.join(redis, keys, [stream], "g")
+
+    async def process(self, entries: Sequence[Entry]) -> None:
+        raise RedisClusterException("Slot 12 not covered by the cluster")
+
+
+async def test_a_batch_that_meets_a_cluster_map_behind_is_read_again_never_set_aside(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    # The map of the slots is the client's, never the entry's: an entry set aside for it
+    # was a turn or a move lost for good (its game waited for ever).
+    stream = f"{keys.prefix}:work"
+    consumer = SlotLost(redis, keys, stream)
+    await consumer.setup()
+    await redis.xadd(stream, {"m": b"x"})
+    [entry] = await consumer.reader.read(None)
+    with pytest.raises(RedisClusterException):
+        await consumer.handle([entry])
+    assert consumer.entries_set_aside == 0
+    assert not await redis.exists(keys.reader_dead_letter())
+    assert (await redis.xpending(stream, "g"))["pending"] == 1
+
+
+def test_a_write_that_met_moved_is_unconfirmed_never_an_error_to_raise() -> None:
+    moved = MovedError("3999 127.0.0.1:6381")
+    assert each_confirmed([(moved, False), (b"OK", False)], "x")[0] is moved
+    with pytest.raises(ReplicasBehind):
+        confirmed([(moved, False)], "turns lack 1 replicas")
+
+
+async def test_an_entry_its_own_consumer_read_again_after_failed_batches_is_never_poison(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    # A master away for a while: each failed batch is read again (every read counted as a
+    # delivery), then the entry idles past `claim_idle_ms` and the sweep takes it back. It
+    # went to the dead letters as an entry that kills whoever takes it: a turn lost.
+    stream = f"{keys.prefix}:work"
+    reader = GroupReader(redis, [stream], "g", "c1", heartbeats=keys.processes(), claim_idle_ms=50)
+    await reader.setup()
+    await redis.xadd(stream, {"m": b"x"})
+    assert len(await reader.read(None)) == 1
+    for _ in range(reader.max_deliveries + 1):
+        reader.recover()
+        assert len(await reader.read(None)) == 1
+    await asyncio.sleep(0.1)
+    assert len(await reader.reclaim()) == 1
+    assert reader.poison == []
