@@ -432,7 +432,7 @@ class StreamConsumer:
                     if isinstance(exc, WRITES_REFUSED):
                         self.write_watch.refused()
                         await self._until_writes_accepted(stop)
-                    elif isinstance(exc, TRANSIENT_ERRORS):
+                    elif isinstance(exc, (*TRANSIENT_ERRORS, *ROUTING_ERRORS)):
                         log.warning("%s: Redis unavailable (%s); retrying", name, exc)
                     else:
                         log.exception("%s: batch failed; retrying", name)
