@@ -136,7 +136,8 @@ DRAIN_TIMEOUT_S = 180.0
 VERIFY_TIMEOUT_S = 600.0
 #: How long a step of a run's cleanup may take before it is given up (and reported).
 CLEANUP_S = 30.0
-#: Hosts using less than this share of their quota were held back by the machine, not it.
+#: Hosts using less than this share of their quota were held back by something else: the
+#: load offered, or the machine.
 MACHINE_BOUND = 0.85
 _CLONE_NEWNET = 0x40000000
 
@@ -1612,8 +1613,10 @@ def print_scale_table(rows: Sequence[dict[str, Any]]) -> None:
         if r["cpu_quota"] and used < MACHINE_BOUND * r["cpu_quota"]:
             lines.append(
                 f"{r['name']}: the hosts used {used:.2f} of their {r['cpu_quota']:g} cores"
-                f" (throttled {max(r['host_throttled']):.2f} s a second at most): the machine,"
-                " not the quota, was the limit; its figures are not the design's."
+                f" (throttled {max(r['host_throttled']):.2f} s a second at most): the quota"
+                " was not the limit; the load offered was (bots paced, people's moves at a"
+                " fixed rate), or the machine (its load average before:"
+                f" {r['load_average_before']}; then the figures are not the design's)."
             )
         if "kill" in r:
             k = r["kill"]

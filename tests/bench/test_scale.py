@@ -230,6 +230,19 @@ def test_the_efficiency_is_of_the_medians_of_the_windows(
     assert "2 hosts, median of 3" in out and "0.89" in out
 
 
+def test_hosts_under_their_quota_are_not_said_held_back_by_the_machine_alone(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Paced bots on four hosts used 0.26 of 0.4 cores each on a machine half idle: the
+    # table blamed the machine.
+    under, full = window(4, 100.0), window(4, 150.0)
+    under["host_cpu_cores"] = [0.1] * 4
+    print_scale_table([under, full, {"name": "run", "cores": 2}])
+    lines = [line for line in capsys.readouterr().out.splitlines() if "the hosts used" in line]
+    assert len(lines) == 1 and "0.10 of their 0.2 cores" in lines[0]
+    assert "the load offered was" in lines[0] and "its load average before: 1.0" in lines[0]
+
+
 def test_each_master_holds_an_equal_share_of_the_partitions() -> None:
     keys = Keys()
     hot = [keys.slot(p) for p in keys.all_partitions()]
