@@ -209,15 +209,18 @@ async def unfinished(
             if not ids or time.monotonic() > deadline:
                 break
         await asyncio.sleep(0.2)
-    return [await _where(query, gid, v) for gid, v in zip(ids, await query.views(ids), strict=True)]
+    return [await _where(query, gid) for gid in ids]
 
 
-async def _where(query: QueryClient, game_id: str, view: Any) -> str:
+async def _where(query: QueryClient, game_id: str) -> str:
     """One unfinished game's standing: what its view says, and its log's last event."""
-    log = await query.log(game_id)
-    last = unpack_event(log[-1].data) if log else {}
+    try:
+        view, log = await query.view(game_id), await query.log(game_id)
+    except RESENT as exc:
+        return f"{game_id}: not read ({exc!r})"
+    last = unpack_event(log[-1].data)["type"] if log else None
     seen = f"view {view['status']} at seq {view['seq']}" if view else "no view"
-    return f"{game_id}: {seen}; log {len(log)} events, the last {last.get('type')}"
+    return f"{game_id}: {seen}; log {len(log)} events, the last {last}"
 
 
 async def lost_and_doubled(redis: Client, keys: Keys, tally: Tally) -> tuple[int, int]:
