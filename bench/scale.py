@@ -138,7 +138,7 @@ VERIFY_TIMEOUT_S = 600.0
 CLEANUP_S = 30.0
 #: Hosts using less than this share of their quota were held back by something else: the
 #: load offered, or the machine.
-MACHINE_BOUND = 0.85
+QUOTA_BOUND = 0.85
 _CLONE_NEWNET = 0x40000000
 
 
@@ -1610,7 +1610,7 @@ def print_scale_table(rows: Sequence[dict[str, Any]]) -> None:
     ]
     for r in windows:
         used = sum(r["host_cpu_cores"]) / len(r["host_cpu_cores"])
-        if r["cpu_quota"] and used < MACHINE_BOUND * r["cpu_quota"]:
+        if r["cpu_quota"] and used < QUOTA_BOUND * r["cpu_quota"]:
             lines.append(
                 f"{r['name']}: the hosts used {used:.2f} of their {r['cpu_quota']:g} cores"
                 f" (throttled {max(r['host_throttled']):.2f} s a second at most): the quota"

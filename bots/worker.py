@@ -47,7 +47,7 @@ from schemas.codec import FIELD, DecodeError, decode_turn
 from schemas.commands import PlayMove
 from schemas.turns import TurnRequest
 from services.bus.clients import CommandClient
-from services.bus.connection import ROUTING_ERRORS, TRANSIENT_ERRORS, Client
+from services.bus.connection import RETRIED_ERRORS, TRANSIENT_ERRORS, Client
 from services.bus.consumer import ConsumerOptions, ConsumerSettings, StreamConsumer
 from services.bus.delivery import Deliveries
 from services.bus.keys import WORKERS_GROUP, Keys
@@ -169,7 +169,7 @@ class BotWorker(StreamConsumer):
         sent_all = [*again_sent, *((c, asyncio.wrap_future(f)) for c, f in sent)]
         results = await asyncio.gather(*(f for _, f in sent_all), return_exceptions=True)
         for (command, _), result in zip(sent_all, results, strict=True):
-            if isinstance(result, (*TRANSIENT_ERRORS, *ROUTING_ERRORS)):
+            if isinstance(result, RETRIED_ERRORS):
                 away.add(command.game_id)
                 self._unconfirmed[command.game_id, command.expected_seq] = command
             elif isinstance(result, BaseException):

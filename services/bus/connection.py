@@ -94,6 +94,8 @@ ROUTING_ERRORS: tuple[type[Exception], ...] = (
     RedisClusterException,
     ClusterError,
 )
+#: What leaves a batch for later, never for the dead letters: Redis away, or the map behind.
+RETRIED_ERRORS: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, *ROUTING_ERRORS)
 
 #: Waiting for Redis at start-up: first pause, longest pause.
 BACKOFF_FIRST_S = 0.2
@@ -422,7 +424,8 @@ class AgonCluster(RedisCluster):
             raise
         finally:
             ping.cancel()
-            self._close_later(replicas.close())
+            if replicas.nodes:
+                self._close_later(replicas.close())
             if self.probes.get(name) is me:
                 del self.probes[name]
                 self.down.discard(name)

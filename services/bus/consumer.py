@@ -33,7 +33,7 @@ from redis.crc import key_slot
 from schemas.codec import FIELD
 from services.bus import outages
 from services.bus.connection import (
-    ROUTING_ERRORS,
+    RETRIED_ERRORS,
     TRANSIENT_ERRORS,
     WRITES_REFUSED,
     AgonCluster,
@@ -432,7 +432,7 @@ class StreamConsumer:
                     if isinstance(exc, WRITES_REFUSED):
                         self.write_watch.refused()
                         await self._until_writes_accepted(stop)
-                    elif isinstance(exc, (*TRANSIENT_ERRORS, *ROUTING_ERRORS)):
+                    elif isinstance(exc, RETRIED_ERRORS):
                         log.warning("%s: Redis unavailable (%s); retrying", name, exc)
                     else:
                         log.exception("%s: batch failed; retrying", name)
@@ -576,7 +576,7 @@ class StreamConsumer:
         try:
             await (self.process_overlapped if overlapped else self.process)(entries)
             self.entries_handled += len(entries)
-        except (*TRANSIENT_ERRORS, *ROUTING_ERRORS):
+        except RETRIED_ERRORS:
             raise  # Redis's, not the entries': the loop reads the batch again
         except Exception as exc:
             self.forget()

@@ -39,7 +39,7 @@ from redis.exceptions import ResponseError
 from schemas.codec import FIELD_BYTES
 from services.bus.cache import LRU
 from services.bus.connection import (
-    ROUTING_ERRORS,
+    RETRIED_ERRORS,
     TRANSIENT_ERRORS,
     Client,
     is_cluster,
@@ -324,7 +324,7 @@ class GroupReader:
                     log.warning("%s: reading %s failed: %s", self.consumer, stream, exc)
                 await asyncio.sleep(RETRY_PAUSE_S)
                 continue
-            except (*TRANSIENT_ERRORS, *ROUTING_ERRORS) as exc:
+            except RETRIED_ERRORS as exc:
                 # Its answer may have been lost with the connection: what Redis delivered
                 # meanwhile is pending with this consumer; read it again. On a cluster the
                 # client may also have lost track of the stream's slot for a moment (no

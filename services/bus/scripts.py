@@ -23,7 +23,7 @@ from redis.exceptions import AskError, MovedError, NoScriptError, RedisClusterEx
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from services.bus.connection import (
-    ROUTING_ERRORS,
+    RETRIED_ERRORS,
     TRANSIENT_ERRORS,
     AgonCluster,
     Client,
@@ -234,9 +234,7 @@ def each_confirmed(answers: Sequence[tuple[Any, bool]], short: str) -> list[Any]
     moment of a failover is raised."""
     out = []
     for answer, ok in answers:
-        if isinstance(answer, Exception) and not isinstance(
-            answer, (*TRANSIENT_ERRORS, *ROUTING_ERRORS)
-        ):
+        if isinstance(answer, Exception) and not isinstance(answer, RETRIED_ERRORS):
             raise answer
         out.append(answer if ok or isinstance(answer, Exception) else ReplicasBehind(short))
     return out

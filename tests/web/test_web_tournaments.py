@@ -48,6 +48,13 @@ async def create(arena: Arena, spec: TournamentSpec) -> str:
     return tid
 
 
+def match(bots: list[str], **spec: Any) -> TournamentSpec:
+    """A Teeko match of `bots`, SPRT of Elo 0 against 200."""
+    return TournamentSpec(
+        format="match", game="teeko", bots=bots, sprt=SprtSpec(elo0=0, elo1=200), **spec
+    )
+
+
 async def report(client: TestClient, tid: str) -> dict[str, Any]:
     resp = await client.get(f"/api/tournaments/{tid}")
     assert resp.status == 200, await resp.text()
@@ -224,15 +231,7 @@ async def test_a_match_that_ends_with_its_pairs_unchanged_says_so(
     # Bots nobody serves: no pair ever completes, so the SPRT the page drew while the
     # match ran is the SPRT of its end; only the status changes. (The page once kept its
     # "so far" then, when the last pair's results came before the director's end.)
-    spec = TournamentSpec(
-        format="match",
-        game="teeko",
-        bots=["idle", "idle.2"],
-        concurrency=1,
-        sprt=SprtSpec(elo0=0, elo1=200),
-        max_pairs=2,
-    )
-    tid = await create(arena, spec)
+    tid = await create(arena, match(["idle", "idle.2"], concurrency=1, max_pairs=2))
     await page.goto(f"{site.url}/tournaments/{tid}")
     verdict = page.locator("#verdict")
     await verdict.filter(has_text="Undecided so far: 0 pairs played.").wait_for()
@@ -245,15 +244,7 @@ async def test_a_match_that_ends_with_its_pairs_unchanged_says_so(
 async def test_a_match_draws_its_llr_and_bounds_and_the_leaderboard_rates_the_bots(
     arena: Arena, site: Site, client: TestClient, page: Page
 ) -> None:
-    spec = TournamentSpec(
-        format="match",
-        game="teeko",
-        bots=["greedy", "random"],
-        move_time_ms=200,
-        concurrency=6,
-        sprt=SprtSpec(elo0=0, elo1=200),
-        max_pairs=6,
-    )
+    spec = match(["greedy", "random"], move_time_ms=200, concurrency=6, max_pairs=6)
     tid = await create(arena, spec)
     # Opened while it plays: the page follows it to its end by itself.
     await page.goto(f"{site.url}/tournaments/{tid}")
