@@ -269,6 +269,9 @@ class StreamConsumer:
         `>` never hands them back; it reads its own pending there first (else they would
         wait `claim_idle_ms` for a claim)."""
         self.reader.recover([s for s in self.reader.streams if key_slot(s.encode()) in slots])
+        # And a claim pass now: the dead consumers' entries there could not be claimed
+        # while the master was away (a killed bot worker's turns, on its inbox's master).
+        self.reader.claim_at(0.0)
         hit = [p for p in self.keys.all_partitions() if self.keys.slot(p) in slots]
         if hit:
             self.spells_unwritten.append((spell, hit))

@@ -213,10 +213,14 @@ class Ownership:
         self.owned: dict[int, int] = {}
         #: partitions this member took over and gave up, since it started
         self.moves = 0
-        #: when the soonest lease this member wants and another holds expires (s from the
-        #: last round; None: none): the next round comes no later (a dead member's share
-        #: moves as soon as its leases lapse, not up to a round after)
+        #: when the soonest lease this member wants and another holds expires, or another
+        #: member stops counting (s from the last round; None: neither): the next round
+        #: comes no later (a dead member's share moves as soon as it stops counting and
+        #: its leases lapse, not up to a round after)
         self.due_s: float | None = None
+        #: when the soonest other member stops counting by its beat (ms; None: none, or
+        #: the beats may not say): the round comes then, this member's count rises
+        self._member_ends_ms: int | None = None
         self.sight = Sight()
         self._members: list[str] | None = None
         #: what `_tell_waiting` last said
@@ -246,16 +250,22 @@ class Ownership:
         except UNANSWERED:
             # The round goes on with the members it knew: its leases must be renewed.
             self.sight.failed()
+            self._member_ends_ms = None
             if self._members is None:
                 raise
             return self._members
         now, beats = now_ms(), beats_of(newest(answers.answers, self.kind))
         live = {self.member}
-        live.update(
-            n for n, b in beats.items() if b.role == self.kind and alive(b, now, self.lease_ms)
-        )
+        others = {
+            n: b.time
+            for n, b in beats.items()
+            if n != self.member and b.role == self.kind and alive(b, now, self.lease_ms)
+        }
+        live.update(others)
         fresh = answers.fresh((b.time for b in beats.values()), now)
         judged = self.sight.read(now, now - began, fresh, answers)
+        ends = min(others.values(), default=None) if judged else None
+        self._member_ends_ms = None if ends is None else ends + self.lease_ms + 1
         if not judged and self._members is not None:
             live.update(self._members)
         self._members = sorted(live)
@@ -326,6 +336,9 @@ class Ownership:
             else:
                 self.owned.pop(p, None)
         self.moves += len(change.taken) + len(change.lost)
+        if self._member_ends_ms is not None:  # (a dead member's share moves as it stops counting)
+            ends_ms = max(0, self._member_ends_ms - now_ms())
+            due_ms = ends_ms if due_ms is None else min(due_ms, ends_ms)
         self.due_s = None if due_ms is None else (due_ms + DUE_MARGIN_MS) / 1000
         self._tell_waiting(waiting, count - len(want))
         return change

@@ -16,7 +16,9 @@ one unread batch. `read(None)` never waits: the drain ("burst") mode of tests an
 Dead consumers are noticed in about a second, not minutes: every running consumer beats
 (`services.bus.presence`) every 0.175 s; a sweep every half second claims (XCLAIM)
 entries pending with a consumer that is not alive by its beat (none for `ALIVE_MS`, 0.7 s),
-so a killed bot worker's turn is answered by another well inside a 2 s move clock.
+and another sweep comes as soon as a consumer holding idle entries would die by its beat,
+or a master that was away answers again (`claim_at`), so a killed bot worker's turn is
+answered by another well inside a 2 s move clock.
 Housekeeping removes dead consumers that hold nothing from the group; the sweep sets
 aside another consumer's entries delivered `max_deliveries` times (they kill whoever takes
 them; a consumer's own reads of its entries after failed batches do not count). Entries
@@ -67,6 +69,9 @@ RETRY_PAUSE_S = 0.5
 SEEN_IDS = 20_000
 #: How often a reader sweeps its streams for entries of dead or stuck consumers (s).
 CLAIM_EVERY_S = 0.5
+#: How long a read waits for new entries while a sweep is under way (s): what the sweep
+#: takes is handed over after that.
+CLAIM_WAIT_S = 0.05
 
 
 def _id_key(entry_id: str) -> tuple[int, int]:
@@ -167,6 +172,15 @@ class GroupReader:
         self.poison: list[Entry] = []
         self._next_claim = 0.0
         self._claiming: asyncio.Task[list[Entry]] | None = None
+        #: the start of a claim pass brought forward (`claim_at`)
+        self._due: asyncio.TimerHandle | None = None
+        #: what claim passes beside the reads took, for the next read
+        self._took: list[Entry] = []
+        #: a wait for new entries under way ends early: a claim pass took entries
+        self._nudged = False
+        self._notifying: asyncio.Future[None] | None = None
+        #: when the soonest consumer `dead_consumers` found alive dies by its beat (ms)
+        self.next_death_ms: int | None = None
         #: entries this reader received (the newest): Redis may have delivered others to it
         #: whose answer was lost (the client retried the read after a dropped connection)
         self._received_ids: LRU[tuple[str, bytes], bool] = LRU(SEEN_IDS)
@@ -218,7 +232,60 @@ class GroupReader:
             return claimed
         if block_ms is None:
             return await self._poll()
-        return await self._wait(min(block_ms, max(1, int(self.claim_every_s * 1000))))
+        # No longer than until the next claim pass, or while one is under way, than a
+        # moment: what it takes (a dead consumer's entries) is handed over then.
+        if self._claiming is None:
+            wait_s = min(self.claim_every_s, self._next_claim - time.monotonic())
+        else:
+            wait_s = CLAIM_WAIT_S
+        return await self._wait(max(1, min(block_ms, int(wait_s * 1000))))
+
+    def claim_at(self, when: float) -> None:
+        """Start the next claim pass at `when` (`time.monotonic()`) if that is sooner than
+        planned: a consumer with entries pending dies by its beat then, or a master that
+        was away answers again. It starts then, beside whatever the consumer does (a bot
+        worker's pace), and what it takes ends a wait for new entries under way."""
+        if when >= self._next_claim:
+            return
+        self._next_claim = when
+        if self._due is not None:
+            self._due.cancel()
+        delay = max(0.0, when - time.monotonic())
+        self._due = asyncio.get_running_loop().call_later(delay, self._claim_due)
+
+    def _claim_due(self) -> None:
+        self._due = None
+        if self._claiming is None and time.monotonic() >= self._next_claim:
+            self._start_claim()
+
+    def _start_claim(self) -> None:
+        """Start a claim pass beside the reads."""
+        self._next_claim = time.monotonic() + self.claim_every_s
+        self._claiming = asyncio.create_task(self.reclaim())
+        self._claiming.add_done_callback(self._claimed)
+
+    def _claimed(self, task: asyncio.Task[list[Entry]]) -> None:
+        """A claim pass ended: what it took waits for the next read, and ends a wait for
+        new entries under way; the next pass may start."""
+        seen(task)
+        if self._claiming is not task:
+            return  # (collected already, or the reader closed)
+        self._claiming = None
+        took = self._claim_result(task)
+        if took:
+            self._took.extend(took)
+            self._nudge()
+
+    def _nudge(self) -> None:
+        """End a wait for new entries under way (`_wait` on a cluster; on a single server
+        the blocking read runs out): the next read hands over what a claim pass took."""
+        self._nudged = True
+        self._notifying = asyncio.ensure_future(self._notify())
+        self._notifying.add_done_callback(seen)
+
+    async def _notify(self) -> None:
+        async with self._cond:
+            self._cond.notify_all()
 
     def _received(self, raw: Any) -> list[Entry]:
         """A read's answer as entries, each noted as received."""
@@ -228,24 +295,21 @@ class GroupReader:
         return entries
 
     def _claimed_beside(self) -> list[Entry]:
-        """What the last claim pass beside the reads took, and the next pass when due."""
-        out: list[Entry] = []
-        if self._claiming is not None and self._claiming.done():
-            out, self._claiming = self._claim_result(self._claiming), None
+        """What the claim passes beside the reads took, and the next pass when due."""
+        out, self._took = self._took, []
         if self._claiming is None and time.monotonic() >= self._next_claim:
-            self._next_claim = time.monotonic() + self.claim_every_s
-            self._claiming = asyncio.create_task(self.reclaim())
-            self._claiming.add_done_callback(seen)
+            self._start_claim()
         return out
 
     async def claimed_so_far(self) -> list[Entry]:
         """What the claim pass beside the reads took, once it is done (a drain that stops
         must not leave entries it claimed pending with this consumer, unread)."""
-        task, self._claiming = self._claiming, None
-        if task is None:
-            return []
-        await asyncio.wait([task])
-        return self._claim_result(task)
+        task = self._claiming
+        if task is not None:
+            await asyncio.wait([task])
+            self._claimed(task)  # (its callback may not have run yet)
+        out, self._took = self._took, []
+        return out
 
     def _claim_result(self, task: asyncio.Task[list[Entry]]) -> list[Entry]:
         """What a finished claim pass took."""
@@ -296,11 +360,13 @@ class GroupReader:
             if stream not in self._lanes:
                 self._lanes[stream] = asyncio.create_task(self._lane(stream))
         async with self._cond:
-            if not self._buffer:
+            if not self._buffer and not self._nudged:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(
-                        self._cond.wait_for(lambda: bool(self._buffer)), block_ms / 1000
+                        self._cond.wait_for(lambda: bool(self._buffer) or self._nudged),
+                        block_ms / 1000,
                     )
+            self._nudged = False
             out, self._buffer = self._buffer, []
             self._cond.notify_all()
         return out
@@ -336,6 +402,11 @@ class GroupReader:
                 await pause_after_failure(self.redis, RETRY_PAUSE_S)
                 continue
             entries = self._received(raw)
+            if self._lanes.get(stream) is not asyncio.current_task():
+                # Not its stream's lane any more, yet it ran on (a cancellation lost): what
+                # it read stays pending, for the stream's owner to claim.
+                log.warning("%s: a lane of %s that was stopped read on", self.consumer, stream)
+                return
             if entries:
                 async with self._cond:
                     self._buffer.extend(entries)
@@ -349,7 +420,10 @@ class GroupReader:
         lanes: list[asyncio.Task[Any]] = [*self._lanes.values()]
         if self._claiming is not None:
             lanes.append(self._claiming)  # what it claimed stays pending with this consumer
-        self._lanes, self._claiming = {}, None
+        self._lanes, self._claiming, self._took = {}, None, []
+        if self._due is not None:
+            self._due.cancel()
+            self._due = None
         for lane in lanes:
             lane.cancel()
         if lanes:
@@ -441,7 +515,9 @@ class GroupReader:
         return out
 
     async def dead_consumers(self, names: set[str]) -> set[str]:
-        """Which of `names` have no fresh heartbeat."""
+        """Which of `names` have no fresh heartbeat; when the soonest of the others dies by
+        its beat goes to `next_death_ms` (None: none, or the beats may not say)."""
+        self.next_death_ms = None
         if not names:
             return set()
         # Its own beat too: whether a copy that answered alone is one anybody writes to.
@@ -457,11 +533,16 @@ class GroupReader:
         fresh = copies.fresh(times, now)
         if not self.sight.read(now, now - began, fresh, copies):
             return set()
-        return {
-            name
-            for name, row in zip(ordered, beats, strict=True)
-            if name in names and not any(alive(b, now) for b in row)
-        }
+        dead, dies = set(), []
+        for name, row in zip(ordered, beats, strict=True):
+            if name not in names:
+                continue
+            if any(alive(b, now) for b in row):
+                dies.append(max(b.time for b in row if b is not None) + ALIVE_MS + 1)
+            else:
+                dead.add(name)
+        self.next_death_ms = min(dies, default=None)
+        return dead
 
     async def reclaim(self) -> list[Entry]:
         """Take over entries of dead consumers and entries stuck with live ones.
@@ -483,6 +564,10 @@ class GroupReader:
         }
         owners.discard(self.consumer)
         dead = await self.dead_consumers(owners)
+        if self.next_death_ms is not None:
+            # The next pass comes as the soonest of the others holding idle entries dies
+            # (if it does), not up to `claim_every_s` after: a killed worker's turns.
+            self.claim_at(time.monotonic() + (self.next_death_ms - now_ms()) / 1000)
         # id; deliveries, counted against `max_deliveries` only for another's entry (an
         # entry's own consumer reads it again after each failed batch, each read counted:
         # a master away for a while made a turn poison); of a dead consumer

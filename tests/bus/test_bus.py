@@ -23,7 +23,7 @@ from services.bus.connection import ReplicasBehind
 from services.bus.consumer import StreamConsumer
 from services.bus.embedded import EmbeddedRedis
 from services.bus.keys import ENGINE_GROUP, Keys
-from services.bus.presence import beat
+from services.bus.presence import ALIVE_MS, beat
 from services.bus.reader import Entry, GroupReader
 from services.bus.scripts import Script, confirmed, each_confirmed
 from services.bus.text import now_ms
@@ -264,6 +264,30 @@ async def test_a_dead_consumers_work_is_taken_and_it_leaves_the_group(
     assert await engine.reader.forget_dead_consumers() == 1
     names = {c["name"] for c in await redis.xinfo_consumers(stream, ENGINE_GROUP)}
     assert names == {b"alive"}
+
+
+async def test_a_consumer_that_dies_holding_entries_has_them_taken_as_it_dies(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    """A sweep that finds a live consumer holding idle entries comes again as that consumer
+    would die by its beat, not a sweep period later: a killed bot worker's turns were
+    taken up to half a second late."""
+    stream = await g1_sent(redis, keys)
+    ghost = engine_reader(redis, keys, stream, "ghost")
+    await beat(redis, keys, "ghost", ENGINE_GROUP, ENGINE_GROUP)  # its last beat
+    last = now_ms()
+    assert len(await ghost.read(None)) == 1
+    reader = GroupReader(
+        redis, [stream], ENGINE_GROUP, "alive", heartbeats=keys.processes(),
+        dead_idle_ms=1, claim_every_s=10.0,
+    )  # fmt: skip
+    taken: list[Entry] = []
+    async with asyncio.timeout(5):
+        while not taken:
+            taken = await reader.read(2000)
+    waited_ms = now_ms() - last
+    assert [e.taken_over for e in taken] == [True]
+    assert ALIVE_MS <= waited_ms < ALIVE_MS + 1000, waited_ms  # the next sweep: 10 s
 
 
 async def test_a_drain_handles_what_a_claim_pass_beside_the_reads_took(

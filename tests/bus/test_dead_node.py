@@ -762,3 +762,40 @@ async def test_learning_the_slots_again_does_not_ask_a_master_counted_down(
         finally:
             nodes.resume(int(victim.port))
         assert client._initialize is False
+
+
+async def test_a_master_back_from_away_has_a_waiting_reader_sweep_at_once(
+    cluster: tuple[RedisClusterProcesses, AgonCluster],
+) -> None:
+    """A dead consumer's entries on a master that failed over cannot be claimed while it
+    is away (a killed host's bot worker held turns on its inbox's master). Told the master
+    is back (`master_away`), a consumer sweeps at once, even while its read waits for new
+    entries, not a sweep period later."""
+    _, client = cluster
+    keys = Keys(prefix="away", partitions=4)
+    engine = EngineService(client, keys, consumer="alive", secret=SECRET)
+    engine.reader.claim_every_s = 30.0
+    await engine.setup()
+    assert await engine.reader.read(None) == []  # and its first sweep, beside the read
+    first = engine.reader._claiming
+    assert first is not None
+    await asyncio.wait([first])
+    stream = keys.commands(0)
+    ghost = GroupReader(client, [stream], ENGINE_GROUP, "ghost", heartbeats=beat_keys(client, keys))
+    await client.xadd(stream, {FIELD: b"x"})
+    (held,) = await ghost.read(None)  # it dies holding the entry: it never beats
+    await asyncio.sleep(0.6)  # past dead_idle_ms
+    reading = asyncio.ensure_future(engine.reader.read(10_000))
+    await asyncio.sleep(0.2)
+    assert not reading.done()
+    try:
+        engine.master_away((now_ms() - 1000, now_ms()), frozenset({keys.slot(0)}))
+        async with asyncio.timeout(3):
+            taken = await reading
+            while not taken:
+                taken = await engine.reader.read(10_000)
+        assert [(e.stream, e.entry_id) for e in taken] == [(stream, held.entry_id)]
+    finally:
+        reading.cancel()
+        await ghost.close()
+        await engine.reader.close()
