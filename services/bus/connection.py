@@ -590,9 +590,9 @@ class AgonCluster(RedisCluster):
 
 def seen(task: asyncio.Future[Any]) -> None:
     """A done callback that marks a background task's failure as seen (awaiting the task
-    still raises it). A claim pass's failure is reported by the next read; a reader stopped
-    or dropped first has nothing to report, and asyncio would log the failure, traceback
-    and all, whenever the task is collected (in whatever code runs then)."""
+    still raises it). A claim pass's failure is logged by the reader when it ends; a reader
+    stopped or dropped first has nothing to report, and asyncio would log the failure,
+    traceback and all, whenever the task is collected (in whatever code runs then)."""
     if not task.cancelled():
         task.exception()
 

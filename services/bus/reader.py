@@ -178,9 +178,12 @@ class GroupReader:
         self._took: list[Entry] = []
         #: a wait for new entries under way ends early: a claim pass took entries
         self._nudged = False
+        #: what this consumer read as its own pending since the last claim pass began: a
+        #: pass that claimed it too does not hand it over again
+        self._own_read: set[tuple[str, bytes]] = set()
+        #: stopped (`close`) until the next read: nothing brings a claim pass forward
+        self._closed = False
         self._notifying: asyncio.Future[None] | None = None
-        #: when the soonest consumer `dead_consumers` found alive dies by its beat (ms)
-        self.next_death_ms: int | None = None
         #: entries this reader received (the newest): Redis may have delivered others to it
         #: whose answer was lost (the client retried the read after a dropped connection)
         self._received_ids: LRU[tuple[str, bytes], bool] = LRU(SEEN_IDS)
@@ -199,11 +202,12 @@ class GroupReader:
         self._ready = True
 
     async def read(self, block_ms: int | None = None, *, reclaim: bool = False) -> list[Entry]:
-        """The next batch: own and claimed entries first, then new ones.
+        """The next batch: claimed and own entries first, then new ones.
 
         Waits up to `block_ms` for new entries (None: not at all), and no longer than the
-        claim period while waiting: claiming runs beside the reads every `claim_every_s`
-        (a claim pass costs round trips that no read should wait for), its entries handed
+        next claim pass, or `CLAIM_WAIT_S` while one is under way: claiming runs beside
+        the reads (a claim pass costs round trips that no read should wait for), every
+        `claim_every_s` and when `claim_at` brings it forward, and its entries are handed
         over by the next read; when `reclaim` is set (drain mode) it runs now, first.
         """
         try:
@@ -216,20 +220,23 @@ class GroupReader:
             raise
 
     async def _read(self, block_ms: int | None, reclaim: bool) -> list[Entry]:
+        self._closed = False
         if not self._ready:
             await self.setup()
-        if self._recover:
-            own = await self._own_pending()
-            if own:
-                return own
+        # Claimed entries before this consumer's own: once claimed they are its own too,
+        # and handed over as claimed they say whose they were (`Entry.taken_over`).
         if reclaim:
             claimed = await self.claimed_so_far()
             self._next_claim = time.monotonic() + self.claim_every_s
-            claimed += await self.reclaim()
+            claimed += (await self._reclaim())[0]
         else:
             claimed = self._claimed_beside()
         if claimed:
             return claimed
+        if self._recover:
+            own = await self._own_pending()
+            if own:
+                return own
         if block_ms is None:
             return await self._poll()
         # No longer than until the next claim pass, or while one is under way, than a
@@ -245,7 +252,7 @@ class GroupReader:
         planned: a consumer with entries pending dies by its beat then, or a master that
         was away answers again. It starts then, beside whatever the consumer does (a bot
         worker's pace), and what it takes ends a wait for new entries under way."""
-        if when >= self._next_claim:
+        if when >= self._next_claim or self._closed:
             return
         self._next_claim = when
         if self._due is not None:
@@ -261,17 +268,33 @@ class GroupReader:
     def _start_claim(self) -> None:
         """Start a claim pass beside the reads."""
         self._next_claim = time.monotonic() + self.claim_every_s
-        self._claiming = asyncio.create_task(self.reclaim())
+        self._own_read = set()
+        self._claiming = asyncio.create_task(self._pass())
         self._claiming.add_done_callback(self._claimed)
+
+    async def _pass(self) -> list[Entry]:
+        """A claim pass beside the reads: the next comes as the soonest of the others
+        holding idle entries would die by its beat (if it does), not up to
+        `claim_every_s` after (a killed bot worker's turns)."""
+        took, death_ms = await self._reclaim()
+        if death_ms is not None:
+            self.claim_at(time.monotonic() + (death_ms - now_ms()) / 1000)
+        return took
 
     def _claimed(self, task: asyncio.Task[list[Entry]]) -> None:
         """A claim pass ended: what it took waits for the next read, and ends a wait for
-        new entries under way; the next pass may start."""
+        new entries under way; the next pass starts if it came due meanwhile."""
         seen(task)
-        if self._claiming is not task:
-            return  # (collected already, or the reader closed)
+        if self._claiming is task:  # (else collected already, or the reader closed)
+            self._collect(task)
+            if not self._closed and time.monotonic() >= self._next_claim:
+                self._start_claim()
+
+    def _collect(self, task: asyncio.Task[list[Entry]]) -> None:
+        """Keep what a finished claim pass took for the next read, but what this consumer
+        read as its own pending meanwhile (it was handed over then)."""
         self._claiming = None
-        took = self._claim_result(task)
+        took = [e for e in self._claim_result(task) if (e.stream, e.entry_id) not in self._own_read]
         if took:
             self._took.extend(took)
             self._nudge()
@@ -297,17 +320,23 @@ class GroupReader:
     def _claimed_beside(self) -> list[Entry]:
         """What the claim passes beside the reads took, and the next pass when due."""
         out, self._took = self._took, []
+        if out:
+            self._nudged = False  # (handed over here)
         if self._claiming is None and time.monotonic() >= self._next_claim:
             self._start_claim()
         return out
 
     async def claimed_so_far(self) -> list[Entry]:
-        """What the claim pass beside the reads took, once it is done (a drain that stops
-        must not leave entries it claimed pending with this consumer, unread)."""
-        task = self._claiming
-        if task is not None:
+        """What the claim passes beside the reads took, once none is under way and none
+        is to come (a drain that stops must not leave entries it claimed pending with
+        this consumer, unread)."""
+        if self._due is not None:
+            self._due.cancel()
+            self._due = None
+        while (task := self._claiming) is not None:
             await asyncio.wait([task])
-            self._claimed(task)  # (its callback may not have run yet)
+            if self._claiming is task:  # (its callback may not have run yet)
+                self._collect(task)
         out, self._took = self._took, []
         return out
 
@@ -372,8 +401,11 @@ class GroupReader:
         return out
 
     async def _lane(self, stream: str) -> None:
-        """Block on one stream; hand over what arrives; wait until it was taken."""
-        while True:
+        """Block on one stream; hand over what arrives; wait until it was taken. Only while
+        it is the stream's lane: one stopped that ran on (a cancellation lost) leaves
+        what it read pending, for whoever reads the stream to take."""
+        me = asyncio.current_task()
+        while self._lanes.get(stream) is me:
             try:
                 raw: Any = await self.redis.xreadgroup(
                     self.group,
@@ -401,12 +433,12 @@ class GroupReader:
                 self.recover([stream])
                 await pause_after_failure(self.redis, RETRY_PAUSE_S)
                 continue
-            entries = self._received(raw)
-            if self._lanes.get(stream) is not asyncio.current_task():
-                # Not its stream's lane any more, yet it ran on (a cancellation lost): what
-                # it read stays pending, for the stream's owner to claim.
+            if self._lanes.get(stream) is not me:
                 log.warning("%s: a lane of %s that was stopped read on", self.consumer, stream)
+                if stream in self.streams:
+                    self.recover([stream])  # (read again by this consumer's new lane)
                 return
+            entries = self._received(raw)
             if entries:
                 async with self._cond:
                     self._buffer.extend(entries)
@@ -420,7 +452,7 @@ class GroupReader:
         lanes: list[asyncio.Task[Any]] = [*self._lanes.values()]
         if self._claiming is not None:
             lanes.append(self._claiming)  # what it claimed stays pending with this consumer
-        self._lanes, self._claiming, self._took = {}, None, []
+        self._lanes, self._claiming, self._took, self._closed = {}, None, [], True
         if self._due is not None:
             self._due.cancel()
             self._due = None
@@ -498,6 +530,7 @@ class GroupReader:
             entries = self._received(raw)
             if not entries:
                 self._recover.clear()
+            self._own_read.update((e.stream, e.entry_id) for e in entries)
             return entries
         pipe = self.redis.pipeline(transaction=False)
         for stream in streams:
@@ -512,14 +545,18 @@ class GroupReader:
             if not entries:
                 self._recover.discard(stream)
             out.extend(entries)
+        self._own_read.update((e.stream, e.entry_id) for e in out)
         return out
 
     async def dead_consumers(self, names: set[str]) -> set[str]:
-        """Which of `names` have no fresh heartbeat; when the soonest of the others dies by
-        its beat goes to `next_death_ms` (None: none, or the beats may not say)."""
-        self.next_death_ms = None
+        """Which of `names` have no fresh heartbeat."""
+        return (await self._judge(names))[0]
+
+    async def _judge(self, names: set[str]) -> tuple[set[str], int | None]:
+        """Which of `names` have no fresh heartbeat, and when the soonest of the others
+        dies by its beat (ms; None: none, or the beats may not say)."""
         if not names:
-            return set()
+            return set(), None
         # Its own beat too: whether a copy that answered alone is one anybody writes to.
         ordered, began = sorted(names | {self.consumer}), now_ms()
         try:
@@ -532,7 +569,7 @@ class GroupReader:
         times = (b.time for row in beats for b in row if b is not None)
         fresh = copies.fresh(times, now)
         if not self.sight.read(now, now - began, fresh, copies):
-            return set()
+            return set(), None
         dead, dies = set(), []
         for name, row in zip(ordered, beats, strict=True):
             if name not in names:
@@ -541,8 +578,7 @@ class GroupReader:
                 dies.append(max(b.time for b in row if b is not None) + ALIVE_MS + 1)
             else:
                 dead.add(name)
-        self.next_death_ms = min(dies, default=None)
-        return dead
+        return dead, min(dies, default=None)
 
     async def reclaim(self) -> list[Entry]:
         """Take over entries of dead consumers and entries stuck with live ones.
@@ -550,6 +586,11 @@ class GroupReader:
         One pipelined XPENDING per stream that has pending entries finds them; XCLAIM takes
         them. Another's entries delivered `max_deliveries` times go to `poison` instead.
         """
+        return (await self._reclaim())[0]
+
+    async def _reclaim(self) -> tuple[list[Entry], int | None]:
+        """`reclaim`, and when the soonest of the others holding idle entries dies by its
+        beat (`_judge`)."""
         idle = min(self.dead_idle_ms, self.claim_idle_ms)
         streams = list(self.streams)  # a rebalance may change them while this waits
         pipe = self.redis.pipeline(transaction=False)
@@ -563,11 +604,7 @@ class GroupReader:
             for row in rows
         }
         owners.discard(self.consumer)
-        dead = await self.dead_consumers(owners)
-        if self.next_death_ms is not None:
-            # The next pass comes as the soonest of the others holding idle entries dies
-            # (if it does), not up to `claim_every_s` after: a killed worker's turns.
-            self.claim_at(time.monotonic() + (self.next_death_ms - now_ms()) / 1000)
+        dead, death_ms = await self._judge(owners)
         # id; deliveries, counted against `max_deliveries` only for another's entry (an
         # entry's own consumer reads it again after each failed batch, each read counted:
         # a master away for a while made a turn poison); of a dead consumer
@@ -587,7 +624,7 @@ class GroupReader:
                     n = int(row["times_delivered"]) if owner != self.consumer else 0
                     take.setdefault(stream, []).append((row["message_id"], n, owner in dead))
         if not take:
-            return []
+            return [], death_ms
         pipe = self.redis.pipeline(transaction=False)
         for stream, ids in take.items():
             pipe.xclaim(stream, self.group, self.consumer, idle, [i for i, _, _ in ids])
@@ -610,7 +647,7 @@ class GroupReader:
                 len(out) + len(self.poison),
                 ", ".join(sorted(dead)) or "stuck",
             )
-        return out
+        return out, death_ms
 
     async def forget_dead_consumers(self) -> int:
         """Remove consumers with nothing pending and no fresh heartbeat from the group."""

@@ -277,6 +277,7 @@ async def test_a_consumer_that_dies_holding_entries_has_them_taken_as_it_dies(
     await beat(redis, keys, "ghost", ENGINE_GROUP, ENGINE_GROUP)  # its last beat
     last = now_ms()
     assert len(await ghost.read(None)) == 1
+    await asyncio.sleep(0.01)  # idle past dead_idle_ms: the first sweep sees it
     reader = GroupReader(
         redis, [stream], ENGINE_GROUP, "alive", heartbeats=keys.processes(),
         dead_idle_ms=1, claim_every_s=10.0,
