@@ -350,8 +350,8 @@ class StreamConsumer:
         is logged at debug level and the next round tries again. With `rate`, `seconds`
         from start to start (a round slowed down by a starved host does not stretch the
         period its leases are renewed at), and sooner when a lease this member waits for
-        expires, or another member stops counting, sooner (`Ownership.due_s`), or a master
-        that was away answers again (`master_away`)."""
+        expires or another member stops counting (`Ownership.due_s`), or a master that
+        was away answers again (`master_away`)."""
         while not done.is_set():
             began = time.monotonic()
             try:
