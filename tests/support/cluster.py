@@ -204,9 +204,16 @@ class RedisClusterProcesses(Server):
             proc.kill()
             proc.wait(timeout=5)
 
-    def replica_of(self, port: int) -> int:
-        """The port of a replica that follows the master on `port` now."""
-        return self.replicas_of(port)[0]
+    def replica_of(self, port: int, timeout: float = 5.0) -> int:
+        """The port of a replica that follows the master on `port` now. The node asked
+        learns who follows whom by gossip, a moment after replication is up (a CI run
+        asked right after the start and found none): it is asked again until `timeout`."""
+        deadline = time.monotonic() + timeout
+        while not (found := self.replicas_of(port)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not found:
+            raise RedisClusterError(f"no replica follows the master on port {port}")
+        return found[0]
 
     def replicas_of(self, port: int) -> list[int]:
         """The ports of the replicas that follow the master on `port` now."""
