@@ -236,6 +236,7 @@ class GroupReader:
         if self._recover:
             own = await self._own_pending()
             if own:
+                self._own_read.update((e.stream, e.entry_id) for e in own)
                 return own
         if block_ms is None:
             return await self._poll()
@@ -262,7 +263,11 @@ class GroupReader:
 
     def _claim_due(self) -> None:
         self._due = None
-        if self._claiming is None and time.monotonic() >= self._next_claim:
+        self._claim_if_due()
+
+    def _claim_if_due(self) -> None:
+        """Start a claim pass if one is due and none is under way (nor the reader closed)."""
+        if self._claiming is None and not self._closed and time.monotonic() >= self._next_claim:
             self._start_claim()
 
     def _start_claim(self) -> None:
@@ -287,8 +292,7 @@ class GroupReader:
         seen(task)
         if self._claiming is task:  # (else collected already, or the reader closed)
             self._collect(task)
-            if not self._closed and time.monotonic() >= self._next_claim:
-                self._start_claim()
+            self._claim_if_due()
 
     def _collect(self, task: asyncio.Task[list[Entry]]) -> None:
         """Keep what a finished claim pass took for the next read, but what this consumer
@@ -322,8 +326,7 @@ class GroupReader:
         out, self._took = self._took, []
         if out:
             self._nudged = False  # (handed over here)
-        if self._claiming is None and time.monotonic() >= self._next_claim:
-            self._start_claim()
+        self._claim_if_due()
         return out
 
     async def claimed_so_far(self) -> list[Entry]:
@@ -530,7 +533,6 @@ class GroupReader:
             entries = self._received(raw)
             if not entries:
                 self._recover.clear()
-            self._own_read.update((e.stream, e.entry_id) for e in entries)
             return entries
         pipe = self.redis.pipeline(transaction=False)
         for stream in streams:
@@ -545,7 +547,6 @@ class GroupReader:
             if not entries:
                 self._recover.discard(stream)
             out.extend(entries)
-        self._own_read.update((e.stream, e.entry_id) for e in out)
         return out
 
     async def dead_consumers(self, names: set[str]) -> set[str]:
