@@ -132,6 +132,7 @@ class RedisClusterProcesses(Server):
                 self._spawn_all()
                 self._create()
                 self.wait_ok()
+                self._wait_followed()
                 return self.url
             except RedisClusterError as error:
                 last_error = str(error)
@@ -161,6 +162,17 @@ class RedisClusterProcesses(Server):
             f"cluster not ok after {timeout:.0f} s: state/slots_ok per port {states}\n"
             + self._logs()
         )
+
+    def _wait_followed(self) -> None:
+        """Wait until the node `cluster_nodes` asks knows whom every replica follows: it
+        learns that by gossip, a moment after replication is up (two CI runs asked right
+        after the start and found a master without replicas)."""
+        deadline = time.monotonic() + self.ready_timeout_s
+        replicas = len(self.nodes) - self.masters
+        while sum(row["master"] != "-" for row in self.cluster_nodes()) < replicas:
+            if time.monotonic() >= deadline:
+                raise RedisClusterError("the replicas' masters are not known everywhere")
+            time.sleep(0.05)
 
     def cluster_nodes(self, port: int | None = None) -> list[dict[str, str]]:
         """`CLUSTER NODES` as seen by `port` (default: the first running node), one dict a node:
@@ -204,16 +216,9 @@ class RedisClusterProcesses(Server):
             proc.kill()
             proc.wait(timeout=5)
 
-    def replica_of(self, port: int, timeout: float = 5.0) -> int:
-        """The port of a replica that follows the master on `port` now. The node asked
-        learns who follows whom by gossip, a moment after replication is up (a CI run
-        asked right after the start and found none): it is asked again until `timeout`."""
-        deadline = time.monotonic() + timeout
-        while not (found := self.replicas_of(port)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if not found:
-            raise RedisClusterError(f"no replica follows the master on port {port}")
-        return found[0]
+    def replica_of(self, port: int) -> int:
+        """The port of a replica that follows the master on `port` now."""
+        return self.replicas_of(port)[0]
 
     def replicas_of(self, port: int) -> list[int]:
         """The ports of the replicas that follow the master on `port` now."""
