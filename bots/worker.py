@@ -47,7 +47,17 @@ from schemas.codec import FIELD, DecodeError, decode_turn
 from schemas.commands import PlayMove
 from schemas.turns import TurnRequest
 from services.bus.clients import CommandClient
-from services.bus.connection import RETRIED_ERRORS, TRANSIENT_ERRORS, Client
+from services.bus.connection import (
+    NODE_PATIENCE_S,
+    RETRIED_ERRORS,
+    TRANSIENT_ERRORS,
+    Client,
+    NodeTooSlow,
+    Patience,
+    is_cluster,
+    patient_pipeline,
+    patiently,
+)
 from services.bus.consumer import ConsumerOptions, ConsumerSettings, StreamConsumer
 from services.bus.delivery import Deliveries
 from services.bus.keys import WORKERS_GROUP, Keys
@@ -142,7 +152,9 @@ class BotWorker(StreamConsumer):
         # Turns taken over from a worker that died with them: the bot's clock
         # starts again, what it lost there being the platform's.
         again = {r.game_id for e, r in turns if e.taken_over}
-        current = await self._delivered(await self._current(requests, away), away, again)
+        patience = self._patience(retrying=not entries)
+        requests = await self._current(requests, away, patience)
+        current = await self._delivered(requests, away, again, patience)
         if current and paced:
             await asyncio.sleep(self.pace_ms / 1000)
         loop = asyncio.get_running_loop()
@@ -167,7 +179,7 @@ class BotWorker(StreamConsumer):
 
         await asyncio.to_thread(think)
         sent_all = [*again_sent, *((c, asyncio.wrap_future(f)) for c, f in sent)]
-        results = await asyncio.gather(*(f for _, f in sent_all), return_exceptions=True)
+        results = await self._sent([f for _, f in sent_all], patience)
         for (command, _), result in zip(sent_all, results, strict=True):
             if isinstance(result, RETRIED_ERRORS):
                 away.add(command.game_id)
@@ -191,6 +203,31 @@ class BotWorker(StreamConsumer):
         self._positions.clear()
         self._held = []  # a failed batch is read again whole, these with it
 
+    async def _sent(
+        self, sends: list[asyncio.Future[None]], patience: Patience | None
+    ) -> list[BaseException | None]:
+        """Each send's outcome (None: done); with `patience`, a send that takes longer than
+        it allows is given up (`NodeTooSlow`): its turn is kept, the move sent again later."""
+        if not sends:
+            return []
+        late: set[asyncio.Future[None]] = set()
+        if patience is None:
+            await asyncio.wait(sends)
+        else:
+            late = await patiently(sends, patience)
+        return [NodeTooSlow("no answer in time") if f in late else f.exception() for f in sends]
+
+    def _patience(self, retrying: bool) -> Patience | None:
+        """How long a batch waits on a master (`patiently`): on a cluster a master whose
+        host died answers nothing until the masters agree it failed and its replica takes
+        over (a second or so), and its games' turns must not hold back the others' (a kill-
+        host run's workers stood still that long, every game of theirs); a batch of only
+        turns kept for later (`retrying`) is given no more than `NODE_PATIENCE_S` in all, as
+        the next batch's turns wait behind it. A single server is waited for."""
+        if not is_cluster(self.redis):
+            return None
+        return Patience(first_s=NODE_PATIENCE_S) if retrying else Patience()
+
     async def _send(self, command: PlayMove, chosen: int, planned: int | None) -> None:
         """Send the move chosen at `chosen`: how long that took is the platform's lag, and
         how long after the bot `planned` to stop it arrived is the overhead its margin
@@ -205,7 +242,11 @@ class BotWorker(StreamConsumer):
             OVERHEAD.observe(arrived - planned)
 
     async def _delivered(
-        self, requests: list[TurnRequest], away: set[str], again: Collection[str] = ()
+        self,
+        requests: list[TurnRequest],
+        away: set[str],
+        again: Collection[str] = (),
+        patience: Patience | None = None,
     ) -> list[TurnRequest]:
         """The requests as they reach the bot now: their clocks start (the deadline and
         stamp given from now; again for the games in `again`), or they are dropped when
@@ -215,7 +256,9 @@ class BotWorker(StreamConsumer):
             await self.setup()
         assert self.deliveries is not None
         out = []
-        delivered = await self.deliveries.deliver(requests, away=away, again=again)
+        delivered = await self.deliveries.deliver(
+            requests, away=away, again=again, patience=patience
+        )
         for r, d in zip(requests, delivered, strict=True):
             if r.game_id in away:
                 continue
@@ -227,11 +270,13 @@ class BotWorker(StreamConsumer):
                 out.append(r.model_copy(update={"deadline": d.deadline, "clock": d.clock}))
         return out
 
-    async def _current(self, requests: list[TurnRequest], away: set[str]) -> list[TurnRequest]:
+    async def _current(
+        self, requests: list[TurnRequest], away: set[str], patience: Patience | None = None
+    ) -> list[TurnRequest]:
         """The requests still worth answering: the log still at their seq (a game whose
-        master did not answer goes to `away`)."""
+        master did not answer, or not in the time `patience` allows, goes to `away`)."""
         latest = {(r.game_id, r.seq): r for r in requests}
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = patient_pipeline(self.redis, patience)
         for game_id, _ in latest:
             pipe.xlen(self.keys.log(game_id))
         heads: list[Any] = await pipe.execute(raise_on_error=False) if latest else []

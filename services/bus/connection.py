@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from collections.abc import Set as AbstractSet
 from itertools import chain
 from typing import Any, NamedTuple, TypeVar
@@ -62,6 +62,12 @@ log = logging.getLogger("agon.bus")
 
 #: A client of either kind: their command APIs are the same for everything Agon sends.
 Client = Redis | RedisCluster
+
+
+class NodeTooSlow(RedisTimeoutError):
+    """A node that did not answer a batch's commands within `NODE_PATIENCE_S` of another
+    node answering its own (`patiently`): most likely its host died and nobody knows yet.
+    Transient: the caller keeps what it needed for later, as for a node counted down."""
 
 
 class ReplicasBehind(RuntimeError):
@@ -208,8 +214,55 @@ RESEND_PAUSE_S = 0.05
 #: How long after a node counted down was found back (or replaced) a failure is taken for
 #: one more of that failover's, and tried again after `RESEND_PAUSE_S` (s).
 JUST_SETTLED_S = 1.0
+#: Once one node answered its share of a batch (a patient pipeline's, `patiently`), how
+#: long the others may take: a host that dies answers nothing, and until the masters agree
+#: it failed (0.5 s or more) every command there waits; the batch's other games must not.
+NODE_PATIENCE_S = 0.25
 #: What a cluster pipeline sends again, after learning where the slots are now.
 _RESEND = (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError)
+
+F = TypeVar("F", bound=asyncio.Future[Any])
+
+
+class Patience(NamedTuple):
+    """How long a batch waits for the first of its parts to answer (None: until one did,
+    or every one is done), and then for the others (`patiently`)."""
+
+    first_s: float | None = NODE_WAIT_S
+    then_s: float = NODE_PATIENCE_S
+
+
+async def patiently(
+    futures: Collection[F], patience: Patience, answered: Callable[[F], bool] = lambda f: True
+) -> set[F]:
+    """Wait for `futures` until one is `answered` (at most `patience.first_s`), then
+    `patience.then_s` more for the others; cancel those still running and return them
+    (not waiting for them to stop: on a starved host that is a loop turn or more)."""
+    pending: set[F] = set(futures)
+    try:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(patience.first_s):
+                while pending:
+                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    if any(answered(f) for f in done):
+                        break
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=patience.then_s)
+    finally:
+        for f in pending:  # (also when the caller is cancelled: none is left running)
+            f.cancel()
+    return pending
+
+
+def patient_pipeline(redis: Client, patience: Patience | None = None) -> Any:
+    """A pipeline (no transaction) whose nodes are each given the time `patience` allows
+    (None: all waited for): those that take longer fail their commands with `NodeTooSlow`,
+    not sent again. A single server is one node: it is waited for."""
+    pipe = redis.pipeline(transaction=False)
+    strategy = getattr(pipe, "_execution_strategy", None)
+    if isinstance(strategy, _NodeIsolated):
+        strategy.patience = patience
+    return pipe
 
 
 class AgonCluster(RedisCluster):
@@ -736,7 +789,12 @@ def takeover(name: str, view: dict[str, _Seen]) -> list[str] | None:
 
 class _NodeIsolated(PipelineStrategy):
     """A cluster pipeline whose commands go to their nodes at once, each node's on its own:
-    a node that fails fails only its commands (see `AgonCluster`)."""
+    a node that fails fails only its commands (see `AgonCluster`), and with `patience_s`
+    one that is slow to answer too (`patient_pipeline`)."""
+
+    def __init__(self, pipe: ClusterPipeline) -> None:
+        super().__init__(pipe)
+        self.patience: Patience | None = None
 
     async def execute(
         self, raise_on_error: bool = True, allow_redirections: bool = True
@@ -749,15 +807,20 @@ class _NodeIsolated(PipelineStrategy):
             for _ in range(1 + client.retry.get_retries()):
                 if client._initialize:
                     await client.refresh_slots()
-                live = []
+                live: dict[asyncio.Task[None], tuple[ClusterNode | None, list[Any]]] = {}
                 for node, cmds in await self._by_node(client, todo):
                     if node is not None and (node.name in failed or client.is_down(node)):
                         for cmd in cmds:
                             cmd.result = RedisConnectionError(f"node {node.name} is down")
                     else:
-                        live.append(self._send(client, node, cmds, allow_redirections, failed))
-                await asyncio.gather(*live)
-                todo = [cmd for cmd in todo if isinstance(cmd.result, _RESEND)]
+                        send = self._send(client, node, cmds, allow_redirections, failed)
+                        live[asyncio.ensure_future(send)] = (node, cmds)
+                await self._answered(live)
+                todo = [
+                    cmd
+                    for cmd in todo
+                    if isinstance(cmd.result, _RESEND) and not isinstance(cmd.result, NodeTooSlow)
+                ]
                 if not (todo and live):
                     break
                 await asyncio.sleep(RESEND_PAUSE_S)
@@ -769,6 +832,22 @@ class _NodeIsolated(PipelineStrategy):
             return [cmd.result for cmd in stack]
         finally:
             await self.reset()  # type: ignore[no-untyped-call]
+
+    async def _answered(
+        self, sends: dict[asyncio.Task[None], tuple[ClusterNode | None, list[Any]]]
+    ) -> None:
+        """Wait for each node's send; with `patience`, a node still silent after the time
+        it allows has its commands fail with `NodeTooSlow`."""
+        if self.patience is None:
+            await asyncio.gather(*sends)
+            return
+        late = await patiently(sends, self.patience)
+        for task in late:
+            node, cmds = sends[task]
+            for cmd in cmds:
+                cmd.result = NodeTooSlow(f"node {node.name if node else '?'} answered too late")
+        for task in sends.keys() - late:
+            task.result()  # what the stock gather would raise
 
     @staticmethod
     async def _by_node(

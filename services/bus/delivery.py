@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from schemas.codec import FIELD_BYTES, DecodeError, decode_turn
 from schemas.tokens import MAX_GRACE_MS, SEND_GRACE_MS, clock_stamp
 from schemas.turns import TurnRequest
-from services.bus.connection import TRANSIENT_ERRORS, Client
+from services.bus.connection import TRANSIENT_ERRORS, Client, Patience
 from services.bus.keys import WORKERS_GROUP, Keys
 from services.bus.scripts import Script
 from services.bus.text import now_ms
@@ -165,16 +165,18 @@ class Deliveries:
         hold: bool = False,
         away: set[str] | None = None,
         again: Collection[str] = (),
+        patience: Patience | None = None,
     ) -> list[Delivered | None]:
         """Each turn as it reaches its bot now, or None when its clock is gone (claimed
         before the turn reached the bot, or its game moved on).
 
         `hold`: the bot is preparing for its first turn in a game (`holdable`): its clock
         is due only at the latest deadline until the turn itself is delivered. `away`: a
-        turn whose clock's master did not answer is None too, its game added here (else
-        the call raises). `again`: games whose turns a worker of the platform took over
-        from another that died with them: what that one's delivery started is the
-        platform's time, and the bot gets its allowance from now (at most `latest`)."""
+        turn whose clock's master did not answer (or not in the time `patience` allows)
+        is None too, its game added here (else the call raises). `again`: games
+        whose turns a worker of the platform took over from another that died with them:
+        what that one's delivery started is the platform's time, and the bot gets its
+        allowance from now (at most `latest`)."""
         now = self.clock()
         clocked = [t for t in turns if t.allowance]
 
@@ -189,7 +191,14 @@ class Deliveries:
         calls = [([self.keys.clocks(self.keys.partition(t.game_id))], args(t)) for t in clocked]
         raising = away is None
         answers = iter(
-            await _DELIVER.run_many(self.redis, calls, raise_on_error=raising) if calls else []
+            await _DELIVER.run_many(
+                self.redis,
+                calls,
+                raise_on_error=raising,
+                patience=None if raising else patience,
+            )
+            if calls
+            else []
         )
         out: list[Delivered | None] = []
         for t in turns:

@@ -36,7 +36,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.bus.connection import TRANSIENT_ERRORS, Client, is_cluster, seen
+from services.bus.connection import TRANSIENT_ERRORS, Client, Patience, is_cluster, patiently, seen
 from services.bus.keys import Keys
 from services.bus.text import as_text, now_ms
 
@@ -207,17 +207,7 @@ async def ask_each(redis: Client, keys: Sequence[str], command: str, *args: Any)
         call.add_done_callback(seen)
     if len(calls) == 1:
         return Answers([await calls[0]], 1, (0,))
-    pending: set[asyncio.Future[Any]] = set(calls)
-    try:
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            if any(not f.exception() for f in done):
-                if pending:
-                    _, pending = await asyncio.wait(pending, timeout=COPY_GRACE_S)
-                break
-    finally:
-        for f in pending:
-            f.cancel()
+    await patiently(calls, Patience(None, COPY_GRACE_S), answered=lambda f: not f.exception())
     errors = [e for f in calls if f.done() and not f.cancelled() and (e := f.exception())]
     for error in errors:
         if not isinstance(error, TRANSIENT_ERRORS):

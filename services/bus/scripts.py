@@ -27,7 +27,9 @@ from services.bus.connection import (
     TRANSIENT_ERRORS,
     AgonCluster,
     Client,
+    Patience,
     ReplicasBehind,
+    patient_pipeline,
 )
 
 #: One script call: its keys and its arguments.
@@ -68,16 +70,23 @@ class Script:
                 raise answer
 
     async def run_many(
-        self, client: Client, calls: Sequence[Call], *, raise_on_error: bool = True
+        self,
+        client: Client,
+        calls: Sequence[Call],
+        *,
+        raise_on_error: bool = True,
+        patience: Patience | None = None,
     ) -> list[Any]:
         """Run the calls in one round trip (per node); results in call order.
 
-        With `raise_on_error` False an error of one call is returned in its place.
+        With `raise_on_error` False an error of one call is returned in its place; with
+        `patience`, a node that answers later than it allows fails its calls with
+        `NodeTooSlow` (`patient_pipeline`).
         """
         results: list[Any] = [None] * len(calls)
         todo = list(range(len(calls)))
         for attempt in range(2):
-            pipe = client.pipeline(transaction=False)
+            pipe = patient_pipeline(client, patience)
             for i in todo:
                 self.queue(pipe, *calls[i])
             answers = await pipe.execute(raise_on_error=False)

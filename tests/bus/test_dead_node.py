@@ -311,19 +311,17 @@ async def test_a_member_keeps_its_peers_while_one_copy_of_the_beats_answers_alon
     assert await reader.dead_consumers({"engine-a"}) == {"engine-a"}
 
 
-async def test_a_bot_worker_answers_the_games_of_live_masters_and_holds_the_dead_ones(
-    cluster: tuple[RedisClusterProcesses, AgonCluster],
-) -> None:
-    """One inbox carries every game's turns; a turn whose game's master died is kept for
-    later, unacknowledged, and holds back none of the others (it held back the whole
-    batch, every game of the bot, until the failover)."""
-    nodes, client = cluster
-    keys = Keys(prefix="held")
+async def turns_on_two_masters(
+    nodes: RedisClusterProcesses, client: AgonCluster, prefix: str
+) -> tuple[BotWorker, Keys, str, str, int]:
+    """A bot worker, and a due turn in its inbox of game `dead`, on master `victim` (not the
+    inbox's), and of game `live`, on another (not the inbox's either)."""
+    keys = Keys(prefix=prefix)
     inbox = port_of(client, keys.bot_turns("random"))
     logs = {f"g{i}": port_of(client, keys.log(f"g{i}")) for i in range(64)}
     victim = next(port for port in nodes.ports[1:] if port != inbox)
     dead = next(g for g, port in logs.items() if port == victim)
-    live = next(g for g, port in logs.items() if port != victim)
+    live = next(g for g, port in logs.items() if port not in (victim, inbox))
     worker = BotWorker(client, "random", keys, clock_key=b"k" * 32)
     await worker.setup()
     for game_id in (dead, live):
@@ -333,6 +331,17 @@ async def test_a_bot_worker_answers_the_games_of_live_masters_and_holds_the_dead
             bot="random", token=bot_token(b"s" * 32, game_id, 1),
         )  # fmt: skip
         await client.xadd(keys.bot_turns("random"), {FIELD: encode(turn)})
+    return worker, keys, dead, live, victim
+
+
+async def test_a_bot_worker_answers_the_games_of_live_masters_and_holds_the_dead_ones(
+    cluster: tuple[RedisClusterProcesses, AgonCluster],
+) -> None:
+    """One inbox carries every game's turns; a turn whose game's master died is kept for
+    later, unacknowledged, and holds back none of the others (it held back the whole
+    batch, every game of the bot, until the failover)."""
+    nodes, client = cluster
+    worker, keys, dead, live, victim = await turns_on_two_masters(nodes, client, "held")
     nodes.kill(victim)
 
     await worker.drain()
@@ -344,6 +353,35 @@ async def test_a_bot_worker_answers_the_games_of_live_masters_and_holds_the_dead
     # Claimed again while held (idle past the claim time): still held once, not twice.
     await worker.process(list(worker._held))
     assert [decode_turn(e.data).game_id for e in worker._held if e.data] == [dead]
+
+
+async def test_a_bot_worker_waits_on_a_master_that_answers_nothing_only_for_a_moment(
+    cluster: tuple[RedisClusterProcesses, AgonCluster],
+) -> None:
+    """A host that dies answers nothing (its link down: no refusal comes back), and until
+    the masters agree that it failed, every command there waits. A kill-host run's bot
+    workers stood still that long (1.3 s), every game of theirs: a batch waited for its
+    slowest master. Now the other games' moves go at once, the silent master's turn is kept,
+    and trying it again holds the next batch back no longer than `NODE_PATIENCE_S`."""
+    nodes, client = cluster
+    worker, keys, dead, live, victim = await turns_on_two_masters(nodes, client, "patient")
+    entries = await worker.reader.read(None)
+    nodes.pause(victim)
+    try:
+        began = time.monotonic()
+        await worker.process(entries)
+        answered_s = time.monotonic() - began
+        sent = await client.xrange(keys.commands_for(live))
+        began = time.monotonic()
+        await worker.tick()  # the kept turn, tried again while its master is still silent
+        retried_s = time.monotonic() - began
+    finally:
+        nodes.resume(victim)
+    assert [decode_command(f[FIELD_BYTES]).game_id for _, f in sent] == [live]
+    assert [decode_turn(e.data).game_id for e in worker._held if e.data] == [dead]
+    # Bounds by the rule, far below the read timeout the batch waited out before.
+    assert answered_s < NODE_READ_TIMEOUT_S / 2, f"the batch waited {answered_s:.2f} s"
+    assert retried_s < NODE_READ_TIMEOUT_S / 2, f"the retry waited {retried_s:.2f} s"
 
 
 def test_only_a_failure_the_masters_agreed_on_counts_without_asking_the_node() -> None:
@@ -515,7 +553,8 @@ async def test_the_spells_of_a_dead_masters_partitions_hold_back_no_other_partit
 ) -> None:
     """The engine reads its partitions' spells before judging a late move or a timeout
     claim; a master that does not answer (it is failing over) must fail that read for its
-    own partitions only, not the round of every other game."""
+    own partitions only, not the round of every other game, and soon: a kill-host run's
+    engine stood still 1.2 s in that read, until the dead master's commands failed."""
     nodes, client = cluster
     keys = Keys(prefix="sp")
     for p in keys.all_partitions():
@@ -523,12 +562,15 @@ async def test_the_spells_of_a_dead_masters_partitions_hold_back_no_other_partit
     victim = victim_of(nodes, client, [keys.outages(p) for p in keys.all_partitions()])
     nodes.pause(victim)
     try:
+        began = time.monotonic()
         read = await partition_spells(client, keys, keys.all_partitions())
+        took_s = time.monotonic() - began
     finally:
         nodes.resume(victim)
     live = {p for p in keys.all_partitions() if port_of(client, keys.outages(p)) != victim}
     assert live and set(read) == live
     assert all(read[p] == [(1000, 2000)] for p in live)
+    assert took_s < NODE_READ_TIMEOUT_S / 2, f"the read waited {took_s:.2f} s for the silent master"
 
 
 async def test_a_master_that_does_not_answer_holds_back_no_take_on_the_others() -> None:
