@@ -207,7 +207,8 @@ class BotWorker(StreamConsumer):
         self, sends: list[asyncio.Future[None]], patience: Patience | None
     ) -> list[BaseException | None]:
         """Each send's outcome (None: done); with `patience`, a send that takes longer than
-        it allows is given up (`NodeTooSlow`): its turn is kept, the move sent again later."""
+        it allows counts as not confirmed (`NodeTooSlow`): its turn is kept and the move
+        sent again later (the first may still land: the engine answers a repeat as such)."""
         if not sends:
             return []
         late: set[asyncio.Future[None]] = set()

@@ -65,8 +65,8 @@ Client = Redis | RedisCluster
 
 
 class NodeTooSlow(RedisTimeoutError):
-    """A node that did not answer a batch's commands within `NODE_PATIENCE_S` of another
-    node answering its own (`patiently`): most likely its host died and nobody knows yet.
+    """A part of a batch (a node's commands, a send) that did not answer in the time a
+    `Patience` allows (`patiently`): most likely its host died and nobody knows yet.
     Transient: the caller keeps what it needed for later, as for a node counted down."""
 
 
@@ -236,21 +236,24 @@ async def patiently(
     futures: Collection[F], patience: Patience, answered: Callable[[F], bool] = lambda f: True
 ) -> set[F]:
     """Wait for `futures` until one is `answered` (at most `patience.first_s`), then
-    `patience.then_s` more for the others; cancel those still running and return them
-    (not waiting for them to stop: on a starved host that is a loop turn or more)."""
+    `patience.then_s` more for the others (none more when none answered); cancel those
+    still running and return them once they stopped (a connection they leave is closed
+    by then, not at some later collection)."""
     pending: set[F] = set(futures)
+    heard = False
     try:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(patience.first_s):
-                while pending:
+                while pending and not heard:
                     done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                    if any(answered(f) for f in done):
-                        break
-        if pending:
+                    heard = any(answered(f) for f in done)
+        if pending and heard:
             _, pending = await asyncio.wait(pending, timeout=patience.then_s)
     finally:
         for f in pending:  # (also when the caller is cancelled: none is left running)
             f.cancel()
+    if pending:
+        await asyncio.wait(pending)
     return pending
 
 
@@ -789,7 +792,7 @@ def takeover(name: str, view: dict[str, _Seen]) -> list[str] | None:
 
 class _NodeIsolated(PipelineStrategy):
     """A cluster pipeline whose commands go to their nodes at once, each node's on its own:
-    a node that fails fails only its commands (see `AgonCluster`), and with `patience_s`
+    a node that fails fails only its commands (see `AgonCluster`), and with `patience`
     one that is slow to answer too (`patient_pipeline`)."""
 
     def __init__(self, pipe: ClusterPipeline) -> None:
@@ -837,15 +840,22 @@ class _NodeIsolated(PipelineStrategy):
         self, sends: dict[asyncio.Task[None], tuple[ClusterNode | None, list[Any]]]
     ) -> None:
         """Wait for each node's send; with `patience`, a node still silent after the time
-        it allows has its commands fail with `NodeTooSlow`."""
+        it allows has its commands fail with `NodeTooSlow`, and is asked whether it is
+        there (`node_failed`: one that does not answer a PING is counted down, so that
+        the next batches need not wait for it)."""
         if self.patience is None:
             await asyncio.gather(*sends)
             return
+        for task in sends:
+            task.add_done_callback(seen)  # each one's failure is read below, or not needed
         late = await patiently(sends, self.patience)
         for task in late:
             node, cmds = sends[task]
             for cmd in cmds:
                 cmd.result = NodeTooSlow(f"node {node.name if node else '?'} answered too late")
+            client = self._pipe.cluster_client
+            if node is not None and isinstance(client, AgonCluster):
+                client.node_failed(node)
         for task in sends.keys() - late:
             task.result()  # what the stock gather would raise
 

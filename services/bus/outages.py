@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from services.bus.connection import TRANSIENT_ERRORS, Client, Patience, patient_pipeline
+from services.bus.connection import TRANSIENT_ERRORS, Client
 from services.bus.keys import Keys
 
 #: How long a spell is kept: longer than any turn's allowance.
@@ -69,11 +69,10 @@ async def partition_spells(
     redis: Client, keys: Keys, partitions: Iterable[int | None], since: int = 0
 ) -> dict[int | None, list[Spell]]:
     """`spells` of each of `partitions` (None: every partition's) in one round trip; a
-    partition whose master does not answer (it is failing over), or not in the time a
-    `Patience` allows, is left out, so that it holds back none of the others: its own
-    commands could not be written meanwhile anyway."""
+    partition whose master does not answer (it is failing over) is left out, so that it
+    holds back none of the others."""
     wanted = list(partitions)
-    pipe = patient_pipeline(redis, Patience())
+    pipe = redis.pipeline(transaction=False)
     for p in wanted:
         pipe.zrevrangebyscore(keys.outages(p), "+inf", since, start=0, num=READ_LIMIT)
     answers = await pipe.execute(raise_on_error=False)
