@@ -106,6 +106,9 @@ class Director:
                     except TRANSIENT_ERRORS as exc:  # Redis away, a failover: one line, go on
                         log.warning("%s: Redis unavailable (%s); retrying", self.name, exc)
                     except Exception:  # a bad pass must not end the director: log it, go on
+                        if stop.is_set():  # stopping: the client may be closed under the pass
+                            log.info("%s: a pass cut short by the stop", self.name)
+                            break
                         log.exception("director: a pass failed; trying again")
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), self.every_s)
