@@ -223,8 +223,9 @@ class BotWorker(StreamConsumer):
         host died answers nothing until the masters agree it failed and its replica takes
         over (a second or so), and its games' turns must not hold back the others' (a kill-
         host run's workers stood still that long, every game of theirs); a batch of only
-        turns kept for later (`retrying`) is given no more than `NODE_PATIENCE_S` in all, as
-        the next batch's turns wait behind it. A single server is waited for."""
+        turns kept for later (`retrying`) is given `NODE_PATIENCE_S` for a first answer, not
+        `NODE_WAIT_S`, as the next batch's turns wait behind it. A single server is waited
+        for."""
         if not is_cluster(self.redis):
             return None
         return Patience(first_s=NODE_PATIENCE_S) if retrying else Patience()
