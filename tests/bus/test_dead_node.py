@@ -378,6 +378,7 @@ async def test_a_bot_worker_waits_on_a_master_that_answers_nothing_only_for_a_mo
         retried_s = time.monotonic() - began
     finally:
         nodes.resume(victim)
+        await worker.reader.close()  # (its claim pass must not outlive the test)
     assert [decode_command(f[FIELD_BYTES]).game_id for _, f in sent] == [live]
     assert [decode_turn(e.data).game_id for e in worker._held if e.data] == [dead]
     # Bounds by the rule, far below the read timeout the batch waited out before.
