@@ -621,14 +621,35 @@ class AgonCluster(RedisCluster):
         still in the cluster are learnt again). redis-py asks the nodes it knows in a
         random order until one answers, and a dead one before a live one costs a connect
         timeout (a host whose link is down sends no refusal) with every command of the
-        process waiting, its beats and lease renewals too: after its own failures only
-        the node that failed goes last."""
+        process waiting, its beats and lease renewals too: only the nodes that answered a
+        PING first are asked (`_silent`; the others too if that fails)."""
         known = self.nodes_manager.startup_nodes
-        if self.nodes_manager._dynamic_startup_nodes:  # else they are not learnt again
-            for name in {*self.down, *self.failing} & set(known):
-                if len(known) > 1:
-                    self._close_if_dropped(known.pop(name))
-        await self.nodes_manager.initialize(*args, **kwargs)
+        if not self.nodes_manager._dynamic_startup_nodes:  # else they are not learnt again
+            await self.nodes_manager.initialize(*args, **kwargs)
+            return
+        for name in {*self.down, *self.failing} & set(known):
+            if len(known) > 1:
+                self._close_if_dropped(known.pop(name))
+        silent = {name: known.pop(name) for name in await self._silent(known)}
+        try:
+            await self.nodes_manager.initialize(*args, **kwargs)
+        except BaseException:
+            known.update(silent)  # asked again next time
+            raise
+        for node in silent.values():
+            self._close_if_dropped(node)
+
+    async def _silent(self, nodes: dict[str, ClusterNode]) -> list[str]:
+        """Of `nodes` (more than one), those that had not answered a PING (all asked at
+        once) when the first one did: until the cluster flags a host's nodes failing
+        (a node timeout), the slots would be asked of them in turn, a connect timeout
+        each, with every command of the process waiting. [] when none answered."""
+        if len(nodes) < 2:
+            return []
+        pings = {asyncio.ensure_future(self._ping(node)): name for name, node in nodes.items()}
+        late = await patiently(pings, Patience(first_s=None, then_s=0), answered=_true)
+        heard = [ping for ping in pings.keys() - late if _true(ping)]
+        return [pings[ping] for ping in pings if ping not in heard] if heard else []
 
     async def _determine_slot(self, command: str, *args: Any) -> int:
         if command.upper() in ("XREAD", "XREADGROUP"):
@@ -651,6 +672,11 @@ def seen(task: asyncio.Future[Any]) -> None:
     traceback and all, whenever the task is collected (in whatever code runs then)."""
     if not task.cancelled():
         task.exception()
+
+
+def _true(task: asyncio.Future[Any]) -> bool:
+    """Whether `task` ended with a true result."""
+    return not task.cancelled() and task.exception() is None and bool(task.result())
 
 
 def _wall_ms() -> int:
