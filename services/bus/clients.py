@@ -84,9 +84,11 @@ class CommandClient:
         self._reader: asyncio.Task[None] | None = None
         self._closing = False
         self._last = "0-0"
-        #: single commands waiting for the next turn of the event loop (`_send_one`)
-        self._outbox: list[tuple[str, bytes, asyncio.Future[None]]] = []
-        self._flushing: set[asyncio.Task[None]] = set()
+        #: per node (None: a single server), single commands waiting for the next turn of
+        #: the event loop or for the pipeline in flight there to be answered (`_send_one`)
+        self._outbox: dict[str | None, list[tuple[str, bytes, asyncio.Future[None]]]] = {}
+        #: per node, the pipeline in flight there
+        self._flushing: dict[str | None, asyncio.Task[None]] = {}
         #: (deadline in loop time, order, the wake-up of a wait for one reply) (`_settled`)
         self._deadlines: list[tuple[float, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
@@ -159,29 +161,42 @@ class CommandClient:
         concurrent requests share one pipeline (a command sent alone costs the client a
         syscall and redis-py's round of a command, several times its share of a pipeline).
 
-        Group commit: one pipeline is in flight at a time. A command that finds none goes
-        at the next turn of the event loop, with whatever joined it in this turn; one that
-        finds a pipeline on its way goes with the next, as soon as that one is answered.
-        An idle client adds no wait; a busy one sends as many commands per pipeline as
-        arrived during one round trip."""
+        Group commit, per node (on a cluster, the master serving the stream's slot): one
+        pipeline is in flight to a node at a time. A command that finds none goes at the
+        next turn of the event loop, with whatever joined it in this turn; one that finds
+        a pipeline on its way goes with the next, as soon as that one is answered. An idle
+        client adds no wait; a busy one sends as many commands per pipeline as arrived
+        during one round trip; a master that answers nothing (its host died) holds back
+        only its own streams' commands."""
+        node = self._node_of(stream)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._outbox.append((stream, data, future))
-        if len(self._outbox) == 1 and not self._flushing:
-            asyncio.get_running_loop().call_soon(self._flush)
+        waiting = self._outbox.setdefault(node, [])
+        waiting.append((stream, data, future))
+        if len(waiting) == 1 and node not in self._flushing:
+            asyncio.get_running_loop().call_soon(self._flush, node)
         await future
 
-    def _flush(self) -> None:
-        if not self._outbox or self._flushing:
-            return  # already on its way, or the pipeline in flight takes it when answered
-        batch, self._outbox = self._outbox, []
-        task = asyncio.create_task(self._send_batch(batch))
-        self._flushing.add(task)
-        task.add_done_callback(self._flushed)
+    def _node_of(self, stream: str) -> str | None:
+        """The node `stream`'s commands go to (None: a single server, or not known)."""
+        if not is_cluster(self.redis):
+            return None
+        with contextlib.suppress(Exception):  # not known: the pipeline finds out
+            node = self.redis.get_node_from_key(stream)
+            return node.name if node is not None else None
+        return None
 
-    def _flushed(self, task: asyncio.Task[None]) -> None:
-        self._flushing.discard(task)
-        if self._outbox:
-            self._flush()  # what queued while the pipeline was out goes as the next one
+    def _flush(self, node: str | None) -> None:
+        if not self._outbox.get(node) or node in self._flushing:
+            return  # already on its way, or the pipeline in flight takes it when answered
+        batch = self._outbox.pop(node)
+        task = asyncio.create_task(self._send_batch(batch))
+        self._flushing[node] = task
+        task.add_done_callback(lambda _: self._flushed(node))
+
+    def _flushed(self, node: str | None) -> None:
+        del self._flushing[node]
+        if self._outbox.get(node):
+            self._flush(node)  # what queued while the pipeline was out goes as the next one
 
     async def _send_batch(self, batch: list[tuple[str, bytes, asyncio.Future[None]]]) -> None:
         try:

@@ -630,11 +630,15 @@ class AgonCluster(RedisCluster):
         for name in {*self.down, *self.failing} & set(known):
             if len(known) > 1:
                 self._close_if_dropped(known.pop(name))
-        silent = {name: known.pop(name) for name in await self._silent(known)}
+        silent = {}
+        for name in await self._silent(known):  # (another learning may have changed it)
+            if name in known and len(known) > 1:
+                silent[name] = known.pop(name)
         try:
             await self.nodes_manager.initialize(*args, **kwargs)
         except BaseException:
-            known.update(silent)  # asked again next time
+            for name, node in silent.items():
+                known.setdefault(name, node)  # asked again next time
             raise
         for node in silent.values():
             self._close_if_dropped(node)

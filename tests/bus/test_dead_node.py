@@ -28,8 +28,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bots.worker import BotWorker
 from schemas.codec import FIELD, FIELD_BYTES, decode_command, decode_turn, encode
+from schemas.commands import PlayMove
 from schemas.tokens import bot_token
 from schemas.turns import TurnRequest
+from services.bus.clients import CommandClient
 from services.bus.connection import (
     NEVER,
     NODE_READ_TIMEOUT_S,
@@ -384,6 +386,45 @@ async def test_a_bot_worker_waits_on_a_master_that_answers_nothing_only_for_a_mo
     # Bounds by the rule, far below the read timeout the batch waited out before.
     assert answered_s < NODE_READ_TIMEOUT_S / 2, f"the batch waited {answered_s:.2f} s"
     assert retried_s < NODE_READ_TIMEOUT_S / 2, f"the retry waited {retried_s:.2f} s"
+
+
+async def test_a_command_client_sends_to_live_masters_while_one_answers_nothing(
+    cluster: tuple[RedisClusterProcesses, AgonCluster],
+) -> None:
+    """A bot worker's moves (and a gateway's people's moves) share one command client,
+    which had one pipeline in flight at a time: a move to a master that answers nothing
+    (its host died) held back every later move, to every master, until the masters agreed
+    that it failed. Each master has its own now."""
+    nodes, client = cluster
+    keys = Keys(prefix="outbox")
+    games = {f"g{i}": port_of(client, keys.commands_for(f"g{i}")) for i in range(64)}
+    victim = victim_of(nodes, client, [keys.commands_for(g) for g in games])
+    dead = next(g for g, port in games.items() if port == victim)
+    live = next(g for g, port in games.items() if port != victim)
+
+    def move(game_id: str) -> PlayMove:
+        return PlayMove(
+            command_id=game_id, game_id=game_id, seat=1, token="t", move="A1", expected_seq=1
+        )
+
+    commands = CommandClient(client, keys)
+    nodes.pause(victim)
+    try:
+        stuck = asyncio.ensure_future(commands.send([move(dead)]))
+        await asyncio.sleep(0.05)  # on its way, unanswered
+        began = time.monotonic()
+        await commands.send([move(live)])
+        took = time.monotonic() - began
+        waiting = not stuck.done()
+    finally:
+        nodes.resume(victim)
+        with contextlib.suppress(*TRANSIENT_ERRORS):
+            await stuck
+        await commands.close()
+    assert took < NODE_READ_TIMEOUT_S / 3, f"the live master's move waited {took:.2f} s"
+    assert waiting, "the silent master's move was answered"
+    assert [decode_command(f[FIELD_BYTES]).game_id for _, f in await client.xrange(
+        keys.commands_for(live))] == [live]  # fmt: skip
 
 
 def test_only_a_failure_the_masters_agreed_on_counts_without_asking_the_node() -> None:
