@@ -311,7 +311,8 @@ class AgonCluster(RedisCluster):
         self.down: set[str] = set()
         self._refreshing: asyncio.Task[None] | None = None
         self._watching: asyncio.Future[None] | None = None
-        self._closing: set[asyncio.Future[None]] = set()
+        #: what runs beside the callers (`_beside`): `aclose` waits for it
+        self._beside_tasks: set[asyncio.Future[Any]] = set()
         #: per node, when the cluster last heard from it (ms; the watch's CLUSTER NODES)
         self.heard: dict[str, int] = {}
         #: the nodes (replicas too) the cluster flagged failing when the watch last asked
@@ -353,14 +354,16 @@ class AgonCluster(RedisCluster):
             n is not node
             for n in chain(manager.nodes_cache.values(), manager.startup_nodes.values())
         ):
-            self._close_later(node.disconnect())
+            self._beside(node.disconnect())
 
-    def _close_later(self, closing: Awaitable[Any]) -> None:
-        """Close connections beside the caller (`aclose` waits for what is left)."""
-        task = asyncio.ensure_future(closing)
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+    def _beside(self, work: Awaitable[Any]) -> asyncio.Future[Any]:
+        """Run `work` beside the caller (closing connections, a PING not waited for);
+        `aclose` waits for what is left, and its failure is seen."""
+        task = asyncio.ensure_future(work)
+        self._beside_tasks.add(task)
+        task.add_done_callback(self._beside_tasks.discard)
         task.add_done_callback(seen)
+        return task
 
     async def _watch(self) -> None:
         """Every `WATCH_S`, ask a live master which nodes the cluster sees failing: a master
@@ -395,7 +398,7 @@ class AgonCluster(RedisCluster):
         ]
         for task in tasks:
             task.cancel()
-        for waiting in (tasks, list(self._closing)):
+        for waiting in (tasks, list(self._beside_tasks)):
             if waiting:
                 await asyncio.wait(waiting, timeout=CLOSE_WAIT_S)
         await super().aclose()
@@ -481,7 +484,7 @@ class AgonCluster(RedisCluster):
         finally:
             ping.cancel()
             if replicas.nodes:
-                self._close_later(replicas.close())
+                self._beside(replicas.close())
             if self.probes.get(name) is me:
                 del self.probes[name]
                 self.down.discard(name)
@@ -647,13 +650,17 @@ class AgonCluster(RedisCluster):
         """Of `nodes` (more than one), those that had not answered a PING (all asked at
         once) when the first one did: until the cluster flags a host's nodes failing
         (a node timeout), the slots would be asked of them in turn, a connect timeout
-        each, with every command of the process waiting. [] when none answered."""
+        each, with every command of the process waiting. [] when none answered. The
+        PINGs not answered yet go on beside (cancelled, they would drop connections that
+        live nodes' commands use next)."""
         if len(nodes) < 2:
             return []
-        pings = {asyncio.ensure_future(self._ping(node)): name for name, node in nodes.items()}
-        late = await patiently(pings, Patience(first_s=None, then_s=0), answered=_true)
-        heard = [ping for ping in pings.keys() - late if _true(ping)]
-        return [pings[ping] for ping in pings if ping not in heard] if heard else []
+        pings = {self._beside(self._ping(node)): name for name, node in nodes.items()}
+        waiting: Collection[asyncio.Future[Any]] = pings.keys()
+        while waiting and not any(map(_true, pings)):
+            _, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        heard = [name for ping, name in pings.items() if _true(ping)]
+        return [name for name in pings.values() if name not in heard] if heard else []
 
     async def _determine_slot(self, command: str, *args: Any) -> int:
         if command.upper() in ("XREAD", "XREADGROUP"):
@@ -679,8 +686,8 @@ def seen(task: asyncio.Future[Any]) -> None:
 
 
 def _true(task: asyncio.Future[Any]) -> bool:
-    """Whether `task` ended with a true result."""
-    return not task.cancelled() and task.exception() is None and bool(task.result())
+    """Whether `task` is done, with a true result."""
+    return task.done() and not task.cancelled() and not task.exception() and bool(task.result())
 
 
 def _wall_ms() -> int:
