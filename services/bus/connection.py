@@ -41,7 +41,7 @@ from redis.asyncio.cluster import (
 from redis.asyncio.connection import AbstractConnection, Connection
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.cluster import REPLICA
+from redis.cluster import PRIMARY, REPLICA
 from redis.exceptions import (
     AskError,
     AuthenticationError,
@@ -647,20 +647,22 @@ class AgonCluster(RedisCluster):
             self._close_if_dropped(node)
 
     async def _silent(self, nodes: dict[str, ClusterNode]) -> list[str]:
-        """Of `nodes` (more than one), those that had not answered a PING (all asked at
-        once) when the first one did: until the cluster flags a host's nodes failing
-        (a node timeout), the slots would be asked of them in turn, a connect timeout
-        each, with every command of the process waiting. [] when none answered. The
-        PINGs not answered yet go on beside (cancelled, they would drop connections that
-        live nodes' commands use next)."""
-        if len(nodes) < 2:
+        """Of `nodes`, those the slots are not asked of: the replicas, and the masters
+        that had not answered a PING (all asked at once) when the first one did. Until the
+        cluster flags a dead host's nodes failing (a node timeout), the slots would be
+        asked of them in turn, a connect timeout each, with every command of the process
+        waiting. The masters hold connections of the client's commands (a replica would
+        need one made); PINGs not answered yet go on beside (cancelled, they would drop a
+        connection a live master's commands use next). [] when no master answered."""
+        masters = {name: node for name, node in nodes.items() if node.server_type == PRIMARY}
+        if not masters:
             return []
-        pings = {self._beside(self._ping(node)): name for name, node in nodes.items()}
+        pings = {self._beside(self._ping(node)): name for name, node in masters.items()}
         waiting: Collection[asyncio.Future[Any]] = pings.keys()
         while waiting and not any(map(_true, pings)):
             _, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         heard = [name for ping, name in pings.items() if _true(ping)]
-        return [name for name in pings.values() if name not in heard] if heard else []
+        return [name for name in nodes if name not in heard] if heard else []
 
     async def _determine_slot(self, command: str, *args: Any) -> int:
         if command.upper() in ("XREAD", "XREADGROUP"):
