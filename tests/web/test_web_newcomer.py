@@ -282,7 +282,7 @@ async def test_the_move_list_never_runs_ahead_of_the_board_and_live_only_while_p
                     { subtree: true, childList: true, attributes: true });
             }"""
         )
-        assert await page.is_visible("#live")
+        await page.wait_for_selector("#live", state="visible")  # (once its view came)
         final = await ended(client, gid)
     await page.wait_for_function(
         "n => document.querySelectorAll('#moves li').length === n", arg=final["ply"]
