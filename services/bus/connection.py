@@ -624,8 +624,8 @@ class AgonCluster(RedisCluster):
         still in the cluster are learnt again). redis-py asks the nodes it knows in a
         random order until one answers, and a dead one before a live one costs a connect
         timeout (a host whose link is down sends no refusal) with every command of the
-        process waiting, its beats and lease renewals too: only the nodes that answered a
-        PING first are asked (`_silent`; the others too if that fails)."""
+        process waiting, its beats and lease renewals too: only the masters that answered
+        a PING first are asked (`_silent`; the others too if that fails)."""
         known = self.nodes_manager.startup_nodes
         if not self.nodes_manager._dynamic_startup_nodes:  # else they are not learnt again
             await self.nodes_manager.initialize(*args, **kwargs)
