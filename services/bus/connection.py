@@ -41,7 +41,7 @@ from redis.asyncio.cluster import (
 from redis.asyncio.connection import AbstractConnection, Connection
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.cluster import PRIMARY, REPLICA
+from redis.cluster import REPLICA
 from redis.exceptions import (
     AskError,
     AuthenticationError,
@@ -311,8 +311,7 @@ class AgonCluster(RedisCluster):
         self.down: set[str] = set()
         self._refreshing: asyncio.Task[None] | None = None
         self._watching: asyncio.Future[None] | None = None
-        #: what runs beside the callers (`_beside`): `aclose` waits for it
-        self._beside_tasks: set[asyncio.Future[Any]] = set()
+        self._closing: set[asyncio.Future[None]] = set()
         #: per node, when the cluster last heard from it (ms; the watch's CLUSTER NODES)
         self.heard: dict[str, int] = {}
         #: the nodes (replicas too) the cluster flagged failing when the watch last asked
@@ -354,16 +353,14 @@ class AgonCluster(RedisCluster):
             n is not node
             for n in chain(manager.nodes_cache.values(), manager.startup_nodes.values())
         ):
-            self._beside(node.disconnect())
+            self._close_later(node.disconnect())
 
-    def _beside(self, work: Awaitable[Any]) -> asyncio.Future[Any]:
-        """Run `work` beside the caller (closing connections, a PING not waited for);
-        `aclose` waits for what is left, and its failure is seen."""
-        task = asyncio.ensure_future(work)
-        self._beside_tasks.add(task)
-        task.add_done_callback(self._beside_tasks.discard)
+    def _close_later(self, closing: Awaitable[Any]) -> None:
+        """Close connections beside the caller (`aclose` waits for what is left)."""
+        task = asyncio.ensure_future(closing)
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
         task.add_done_callback(seen)
-        return task
 
     async def _watch(self) -> None:
         """Every `WATCH_S`, ask a live master which nodes the cluster sees failing: a master
@@ -398,7 +395,7 @@ class AgonCluster(RedisCluster):
         ]
         for task in tasks:
             task.cancel()
-        for waiting in (tasks, list(self._beside_tasks)):
+        for waiting in (tasks, list(self._closing)):
             if waiting:
                 await asyncio.wait(waiting, timeout=CLOSE_WAIT_S)
         await super().aclose()
@@ -484,7 +481,7 @@ class AgonCluster(RedisCluster):
         finally:
             ping.cancel()
             if replicas.nodes:
-                self._beside(replicas.close())
+                self._close_later(replicas.close())
             if self.probes.get(name) is me:
                 del self.probes[name]
                 self.down.discard(name)
@@ -624,45 +621,14 @@ class AgonCluster(RedisCluster):
         still in the cluster are learnt again). redis-py asks the nodes it knows in a
         random order until one answers, and a dead one before a live one costs a connect
         timeout (a host whose link is down sends no refusal) with every command of the
-        process waiting, its beats and lease renewals too: only the masters that answered
-        a PING first are asked (`_silent`; the others too if that fails)."""
+        process waiting, its beats and lease renewals too: after its own failures only
+        the node that failed goes last."""
         known = self.nodes_manager.startup_nodes
-        if not self.nodes_manager._dynamic_startup_nodes:  # else they are not learnt again
-            await self.nodes_manager.initialize(*args, **kwargs)
-            return
-        for name in {*self.down, *self.failing} & set(known):
-            if len(known) > 1:
-                self._close_if_dropped(known.pop(name))
-        silent = {}
-        for name in await self._silent(known):  # (another learning may have changed it)
-            if name in known and len(known) > 1:
-                silent[name] = known.pop(name)
-        try:
-            await self.nodes_manager.initialize(*args, **kwargs)
-        except BaseException:
-            for name, node in silent.items():
-                known.setdefault(name, node)  # asked again next time
-            raise
-        for node in silent.values():
-            self._close_if_dropped(node)
-
-    async def _silent(self, nodes: dict[str, ClusterNode]) -> list[str]:
-        """Of `nodes`, those the slots are not asked of: the replicas, and the masters
-        that had not answered a PING (all asked at once) when the first one did. Until the
-        cluster flags a dead host's nodes failing (a node timeout), the slots would be
-        asked of them in turn, a connect timeout each, with every command of the process
-        waiting. The masters hold connections of the client's commands (a replica would
-        need one made); PINGs not answered yet go on beside (cancelled, they would drop a
-        connection a live master's commands use next). [] when no master answered."""
-        masters = {name: node for name, node in nodes.items() if node.server_type == PRIMARY}
-        if not masters:
-            return []
-        pings = {self._beside(self._ping(node)): name for name, node in masters.items()}
-        waiting: Collection[asyncio.Future[Any]] = pings.keys()
-        while waiting and not any(map(_true, pings)):
-            _, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        heard = [name for ping, name in pings.items() if _true(ping)]
-        return [name for name in nodes if name not in heard] if heard else []
+        if self.nodes_manager._dynamic_startup_nodes:  # else they are not learnt again
+            for name in {*self.down, *self.failing} & set(known):
+                if len(known) > 1:
+                    self._close_if_dropped(known.pop(name))
+        await self.nodes_manager.initialize(*args, **kwargs)
 
     async def _determine_slot(self, command: str, *args: Any) -> int:
         if command.upper() in ("XREAD", "XREADGROUP"):
@@ -685,11 +651,6 @@ def seen(task: asyncio.Future[Any]) -> None:
     traceback and all, whenever the task is collected (in whatever code runs then)."""
     if not task.cancelled():
         task.exception()
-
-
-def _true(task: asyncio.Future[Any]) -> bool:
-    """Whether `task` is done, with a true result."""
-    return task.done() and not task.cancelled() and not task.exception() and bool(task.result())
 
 
 def _wall_ms() -> int:

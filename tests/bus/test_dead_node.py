@@ -845,47 +845,6 @@ async def test_learning_the_slots_again_does_not_ask_a_master_counted_down(
         assert client._initialize is False
 
 
-@pytest.mark.parametrize("role", ["master", "replica"])
-async def test_learning_the_slots_again_asks_only_masters_that_answer(
-    monkeypatch: pytest.MonkeyPatch, role: str
-) -> None:
-    """Before the cluster flags a dead host's nodes (its master, another's replica) failing
-    (a node timeout), no client counts them down, and each live process of a kill-host run
-    that learnt the slots then asked them in a random order: a second (its connect
-    timeout) with its beats stopped, and its peers took over its partitions. Only the
-    masters that answer a PING are asked; here the silent node comes first, and the
-    client has not noticed it."""
-    import redis.asyncio.cluster as redis_cluster
-
-    async with running_cluster(replicas=1) as (nodes, client):
-        for tag in TAGS:
-            await client.set(f"learn:{{{tag}}}", 1)  # (a replica with no data goes unnamed)
-        async with asyncio.timeout(10):
-            while not client.get_replicas():  # (the startup nodes: known as master or replica)
-                await asyncio.sleep(0.05)
-                client._initialize = True
-                await client.initialize()
-        others = client.get_primaries() if role == "master" else client.get_replicas()
-        victim = next(n for n in others if int(n.port) != nodes.ports[0])
-        monkeypatch.setattr(
-            redis_cluster.random,
-            "shuffle",
-            lambda ns: ns.sort(key=lambda n: n.name != victim.name),
-        )
-        nodes.pause(int(victim.port))
-        try:
-            client._initialize = True  # as after any command's connection error
-            started = time.monotonic()
-            await client.initialize()
-            took = time.monotonic() - started
-        finally:
-            nodes.resume(int(victim.port))
-        assert took < NODE_READ_TIMEOUT_S / 3, took
-        assert client._initialize is False
-        # set aside for that one time only: it is known again from the slots
-        assert victim.name in client.nodes_manager.startup_nodes
-
-
 async def test_a_master_back_from_away_has_a_waiting_reader_sweep_at_once(
     cluster: tuple[RedisClusterProcesses, AgonCluster],
 ) -> None:
