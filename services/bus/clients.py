@@ -31,7 +31,6 @@ from types import TracebackType
 from typing import Any
 
 import msgpack
-from redis.asyncio.cluster import RedisCluster
 
 from schemas.codec import FIELD, FIELD_BYTES, DecodeError, decode_event, decode_reply, encode
 from schemas.commands import Command
@@ -179,7 +178,7 @@ class CommandClient:
 
     def _node_of(self, stream: str) -> str | None:
         """The node `stream`'s commands go to (None: a single server, or not known)."""
-        if not isinstance(self.redis, RedisCluster):
+        if not is_cluster(self.redis):
             return None
         with contextlib.suppress(Exception):  # not known: the pipeline finds out
             node = self.redis.get_node_from_key(stream)

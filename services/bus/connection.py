@@ -26,7 +26,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from collections.abc import Set as AbstractSet
 from itertools import chain
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeGuard, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import hiredis
@@ -977,7 +977,7 @@ async def connect(url: str, *, wait_s: float | None = 30.0, **kwargs: Any) -> Cl
         return plain_client(url, **kwargs)
 
 
-def is_cluster(client: Client) -> bool:
+def is_cluster(client: Client) -> TypeGuard[RedisCluster]:
     return isinstance(client, RedisCluster)
 
 
