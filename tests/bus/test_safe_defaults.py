@@ -259,7 +259,10 @@ async def test_agon_up_on_a_cluster_loses_no_acknowledged_move_through_a_failove
                     task.cancel()
                 await asyncio.gather(*drivers, return_exceptions=True)
             resumed = len(tally.acked) > before + PEOPLE
-            await settle(redis, keys, {a.game_id for a in tally.acked})
+            try:
+                await settle(redis, keys, {a.game_id for a in tally.acked})
+            except AssertionError as exc:  # (what the services said, to find who lost what)
+                raise AssertionError(f"{exc}\n{up.text()[-6000:]}") from None
             lost, doubled = await lost_and_doubled(redis, keys, tally)
         finally:
             await redis.aclose()

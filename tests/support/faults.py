@@ -288,8 +288,21 @@ async def _groups_behind(redis: Client, keys: Keys) -> list[str]:
                 delivered = as_text(info["last-delivered-id"])
                 if as_text(info["name"]) == group and (info["pending"] or delivered != last):
                     pending = info["pending"]
-                    behind.append(f"{stream} {group}: {pending} pending, {delivered}/{last}")
+                    held = await _pending_detail(redis, stream, group) if pending else ""
+                    behind.append(f"{stream} {group}: {pending} pending{held}, {delivered}/{last}")
     return behind
+
+
+async def _pending_detail(redis: Client, stream: str, group: str) -> str:
+    """Who holds a group's first pending entries, how long idle and how often delivered:
+    what a failure of `settle` needs to say which consumer lost track of what."""
+    rows = await redis.xpending_range(stream, group, "-", "+", 3)
+    held = "; ".join(
+        f"{as_text(r['message_id'])} with {as_text(r['consumer'])}, idle"
+        f" {r['time_since_delivered']} ms, delivered {r['times_delivered']}x"
+        for r in rows
+    )
+    return f" ({held})"
 
 
 async def hold_share(ownership: Ownership, within_s: float = 10.0) -> None:
