@@ -16,9 +16,9 @@ one unread batch. `read(None)` never waits: the drain ("burst") mode of tests an
 Dead consumers are noticed in about a second, not minutes: every running consumer beats
 (`services.bus.presence`) every 0.175 s; a sweep every half second claims (XCLAIM)
 entries pending with a consumer that is not alive by its beat (none for `ALIVE_MS`, 0.7 s),
-and another sweep comes as soon as a consumer holding idle entries would die by its beat,
-or a master that was away answers again (`claim_at`), so a killed bot worker's turn is
-answered by another well inside a 2 s move clock.
+and another sweep comes as soon as a consumer holding entries (fresh ones too) would die
+by its beat, or a master that was away answers again (`claim_at`), so a killed bot
+worker's turn is answered by another well inside a 2 s move clock.
 Housekeeping removes dead consumers that hold nothing from the group; the sweep sets
 aside another consumer's entries delivered `max_deliveries` times (they kill whoever takes
 them; a consumer's own reads of its entries after failed batches do not count). Entries
@@ -279,7 +279,7 @@ class GroupReader:
 
     async def _pass(self) -> list[Entry]:
         """A claim pass beside the reads: the next comes as the soonest of the others
-        holding idle entries would die by its beat (if it does), not up to
+        holding entries would die by its beat (if it does), not up to
         `claim_every_s` after (a killed bot worker's turns)."""
         took, death_ms = await self._reclaim()
         if death_ms is not None:
@@ -590,13 +590,16 @@ class GroupReader:
         return (await self._reclaim())[0]
 
     async def _reclaim(self) -> tuple[list[Entry], int | None]:
-        """`reclaim`, and when the soonest of the others holding idle entries dies by its
-        beat (`_judge`)."""
+        """`reclaim`, and when the soonest of the others holding entries dies by its beat
+        (`_judge`)."""
         idle = min(self.dead_idle_ms, self.claim_idle_ms)
         streams = list(self.streams)  # a rebalance may change them while this waits
         pipe = self.redis.pipeline(transaction=False)
         for stream in streams:
-            pipe.xpending_range(stream, self.group, "-", "+", self.count, idle=idle)
+            # Every pending entry, the fresh too: a consumer that holds only fresh ones
+            # (a bot worker's turns just delivered) dies by its beat all the same, and the
+            # next pass must come then, not a pass after they grew idle enough to take.
+            pipe.xpending_range(stream, self.group, "-", "+", self.count)
         rows_by_stream: list[Any] = await pipe.execute(raise_on_error=False)
         owners = {
             as_text(row["consumer"])
@@ -614,6 +617,8 @@ class GroupReader:
             if isinstance(rows, Exception):
                 continue  # no group yet: the next read makes it
             for row in rows:
+                if row["time_since_delivered"] < idle:
+                    continue  # too fresh to take (XCLAIM would pass it over)
                 # Entries of a dead consumer, entries Redis delivered to this one that it
                 # never received (a read whose answer was lost: the client retried it
                 # after a dropped connection), and any entry idle too long.
