@@ -124,6 +124,8 @@ class Sight:
         self.settled_at = 0
         #: since when each copy has answered every read (a copy that missed one starts anew)
         self.since: dict[int, int] = {}
+        #: why it does not judge who is dead now (None: it does), as last told
+        self.why: str | None = None
 
     def failed(self) -> None:
         """A read of the beats failed (Redis away)."""
@@ -144,13 +146,26 @@ class Sight:
             self.since = {i: self.since.get(i, now) for i in answers.answered}
         if not fresh:
             self.blind = True
-            return False
+            return self._judges(False, "a copy of the beats that nobody wrote to lately")
         if self.blind or took_ms >= ALIVE_MS // 2:
+            why = "an outage" if self.blind else f"a read that took {took_ms} ms"
             self.blind, self.settled_at = False, now + SETTLE_MS
+            self._judges(False, f"the beats read again after {why}: settling {SETTLE_MS} ms")
         alone = None if answers is None else answers.alone
         if alone is not None and any(now - self.since[i] < SETTLE_MS for i in alone):
-            return False
-        return now >= self.settled_at
+            return self._judges(False, "one copy of the beats answering, not yet for long")
+        return self._judges(now >= self.settled_at, self.why)
+
+    def _judges(self, judges: bool, why: str | None) -> bool:
+        """`judges`; each time its reader stops judging who is dead (`-v`), why, and again
+        once it judges again: a dead process's work moves no sooner."""
+        if judges and self.why is not None:
+            log.info("the beats say who is dead again (after %s)", self.why)
+            self.why = None
+        elif not judges and why is not None and why != self.why:
+            log.info("nobody is judged dead by their beats for now: %s", why)
+            self.why = why
+        return judges
 
 
 def beat_value(role: str, group: str, **stats: Any) -> str:

@@ -213,6 +213,26 @@ def test_nobody_is_judged_dead_right_after_the_beats_come_back() -> None:
     assert sight.read(9_000 + SETTLE_MS, took_ms=1)
 
 
+def test_a_reader_that_stops_judging_who_is_dead_says_why_once_and_when_it_judges_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A dead process's work moves no sooner than its readers judge the beats again: with
+    `-v` each says why it stopped (a kill-host run's late takeovers left no trace of it)."""
+    caplog.set_level(logging.INFO, logger="agon.bus")
+    sight = Sight()
+    assert sight.read(1_000)
+    sight.failed()
+    assert not sight.read(5_000)
+    assert not sight.read(5_100)
+    assert sight.read(5_000 + SETTLE_MS)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"nobody is judged dead by their beats for now: the beats read again after an outage:"
+        f" settling {SETTLE_MS} ms",
+        f"the beats say who is dead again (after the beats read again after an outage:"
+        f" settling {SETTLE_MS} ms)",
+    ]
+
+
 def test_a_copy_that_answers_alone_judges_once_it_has_answered_every_read_for_a_settle() -> None:
     """A copy back from an outage may be a replica promoted a moment ago, holding the beats
     of everyone who has not beaten again since as old as the failover: alone, it judges
