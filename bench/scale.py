@@ -1051,6 +1051,12 @@ def resumption(
     }
 
 
+def log_time(ms: int) -> str:
+    """Wall-clock `ms` as the services' logs write their times (`LOG_FORMAT`'s asctime, its
+    date left out): a kill told so is found in their logs (`--keep-logs`)."""
+    return time.strftime("%H:%M:%S", time.localtime(ms / 1000)) + f",{ms % 1000:03d}"
+
+
 def slowest(
     games: set[str], resumed: dict[str, float], in_play: dict[str, int],
     first_moves: dict[str, FirstMove], killed_ms: int,
@@ -1254,7 +1260,10 @@ class Run:
         bed.kill(victim)
         load.gateways.drop(victim.gateway)
         link = "link down, " if victim.netns else "no link to take down (loopback), "
-        self.say(f"{bed.label}: killed {victim.name} ({link}{processes} processes SIGKILLed)")
+        at = log_time(killed_ms)
+        self.say(
+            f"{bed.label}: killed {victim.name} at {at} ({link}{processes} processes SIGKILLed)"
+        )
         served_s = None
         while time.monotonic() - began < RESUME_TIMEOUT_S:
             if served_s is None and bed.slots_served_without(dead):
@@ -1266,7 +1275,8 @@ class Run:
             if served_s is not None and not resumed["bot_games_not_resumed"]:
                 break
             await asyncio.sleep(0.05)
-        report: dict[str, Any] = {"host": victim.name, "slots_served_s": served_s, **resumed}
+        report: dict[str, Any] = {"host": victim.name, "killed_at": at, "slots_served_s": served_s}
+        report.update(resumed)
         report["stuck"] = await stuck(redis, keys, resumed["bot_games_not_resumed"], killed_ms)
         self.say(
             f"{bed.label}: slots served again after {served_s} s, every bot game in play"

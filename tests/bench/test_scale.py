@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import os
 import signal
 import socket
@@ -44,6 +45,7 @@ from bench.scale import (
     FirstMove,
     Lab,
     listen_ports,
+    log_time,
     our_links,
     our_namespaces,
     print_scale_table,
@@ -60,6 +62,7 @@ from services.bus.keys import WORKERS_GROUP, Keys
 from services.bus.reader import ensure_group
 from services.bus.text import now_ms
 from services.cli import main as agon
+from services.cli.common import LOG_FORMAT
 from services.cli.pipeline import create_games
 from services.engine_service import EngineService
 from tests.support.procs import processes_with
@@ -277,6 +280,14 @@ def test_play_resumes_when_every_bot_game_in_play_moved_again() -> None:
     ended = {"b2": 9_900, "b3": 12_000}  # b2 ended before the kill, b3 after
     late = resumption(in_play, bots, {"b1": 10_500}, killed, on_dead={1}, ended_at=ended)
     assert late["bot_games_not_resumed"] == ["b3"] and late["bot_games_in_play"] == 2
+
+
+def test_the_kill_is_told_at_the_time_the_services_logs_write() -> None:
+    killed_ms = 1_764_500_466_250
+    record = logging.LogRecord("agon.bus", logging.INFO, __file__, 1, "x", None, None)
+    record.created, record.msecs = killed_ms / 1000, killed_ms % 1000
+    stamp = logging.Formatter(LOG_FORMAT).format(record).split(" ")[1]
+    assert log_time(killed_ms) == stamp == stamp[:8] + ",250"
 
 
 def test_the_slowest_game_to_move_again_shows_where_its_move_waited() -> None:
