@@ -1275,8 +1275,12 @@ class Run:
             if served_s is not None and not resumed["bot_games_not_resumed"]:
                 break
             await asyncio.sleep(0.05)
-        report: dict[str, Any] = {"host": victim.name, "killed_at": at, "slots_served_s": served_s}
-        report.update(resumed)
+        report: dict[str, Any] = {
+            "host": victim.name,
+            "killed_at": at,
+            "slots_served_s": served_s,
+            **resumed,
+        }
         report["stuck"] = await stuck(redis, keys, resumed["bot_games_not_resumed"], killed_ms)
         self.say(
             f"{bed.label}: slots served again after {served_s} s, every bot game in play"
