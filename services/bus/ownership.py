@@ -246,7 +246,8 @@ class Ownership:
         began, copies = now_ms(), beat_keys(self.redis, self.keys)
         try:
             async with asyncio.timeout(BEATS_WAIT_S):
-                answers = await ask_each(self.redis, copies, "HGETALL")
+                settled = self.sight.settled(began)
+                answers = await ask_each(self.redis, copies, "HGETALL", prefer=settled)
         except UNANSWERED:
             # The round goes on with the members it knew: its leases must be renewed.
             self.sight.failed()
@@ -262,7 +263,7 @@ class Ownership:
             if n != self.member and b.role == self.kind and alive(b, now, self.lease_ms)
         }
         live.update(others)
-        fresh = answers.fresh((b.time for b in beats.values()), now)
+        fresh = answers.fresh((b.time for b in beats.values()), now, self.lease_ms)
         judged = self.sight.read(now, now - began, fresh, answers)
         ends = min(others.values(), default=None) if judged else None
         self._member_ends_ms = None if ends is None else ends + self.lease_ms + 1

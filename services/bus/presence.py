@@ -32,15 +32,25 @@ import json
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.bus.connection import TRANSIENT_ERRORS, Client, Patience, is_cluster, patiently, seen
+from services.bus.connection import TRANSIENT_ERRORS, Client, is_cluster, seen
 from services.bus.keys import Keys
 from services.bus.text import as_text, now_ms
 
 log = logging.getLogger("agon.bus")
+
+FIRST = asyncio.FIRST_COMPLETED
 
 #: How often a running process beats: four beats in `ALIVE_MS`, so one late beat is no death.
 EVERY_S = 0.175
@@ -103,6 +113,11 @@ def alive(beat: Beat | None, now: int, within_ms: int = ALIVE_MS) -> bool:
 
 #: Once one copy of the beats answered, how long the other may take.
 COPY_GRACE_S = 0.1
+#: How long a read waits for a copy that has answered every read lately (`Sight.settled`)
+#: once only a copy back from an outage answered: alone, that one judges nobody for a
+#: while (a kill-host run's engine took a dead member's partitions 1.5 s late, its own
+#: host's copy missing the grace at every read while the promoted replica's answered).
+SETTLED_WAIT_S = 0.25
 #: After the beats could not be read, how long nobody is judged dead: everyone's beats
 #: failed alike meanwhile (the master holding them failed over), and each process beats
 #: again within `EVERY_S` of them coming back.
@@ -152,9 +167,14 @@ class Sight:
             self.blind, self.settled_at = False, now + SETTLE_MS
             self._judges(False, f"the beats read again after {why}: settling {SETTLE_MS} ms")
         alone = None if answers is None else answers.alone
-        if alone is not None and any(now - self.since[i] < SETTLE_MS for i in alone):
+        if alone is not None and not alone <= self.settled(now):
             return self._judges(False, "one copy of the beats answering, not yet for long")
         return self._judges(now >= self.settled_at, self.why)
+
+    def settled(self, now: int) -> frozenset[int]:
+        """The copies that have answered every read for `SETTLE_MS` (the next read waits
+        for them: `ask_each`'s `prefer`)."""
+        return frozenset(i for i, since in self.since.items() if now - since >= SETTLE_MS)
 
     def _judges(self, judges: bool, why: str | None) -> bool:
         """`judges`; each time its reader stops judging who is dead (`-v`), why, and again
@@ -204,33 +224,70 @@ class Answers:
         """The copies that answered when not all did (None when all did)."""
         return None if len(self.answers) >= self.asked else frozenset(self.answered)
 
-    def fresh(self, times: Iterable[int], now: int) -> bool:
-        """Whether beats (their `times`) read from these answers may say who is dead: every
-        copy answered, or one that did holds a beat younger than half `ALIVE_MS`. Every
-        live process beats each `EVERY_S`; a copy nobody could write to (a replica promoted
-        after its master died) holds none, and judged alone it finds every process dead."""
-        return self.alone is None or now - max(times, default=0) < ALIVE_MS // 2
+    def fresh(self, times: Iterable[int], now: int, within_ms: int = ALIVE_MS) -> bool:
+        """Whether beats (their `times`) read from these answers may say who is dead by
+        `within_ms` (`alive`): every copy answered, or one that did holds a beat younger
+        than half that. Every live process beats each `EVERY_S`; a copy nobody could write
+        to (a replica promoted after its master died) holds none, and judged alone it finds
+        every process dead. (A member's share is judged by its lease: at a whole quota,
+        after a kill, a live copy held no engine's beat younger than half `ALIVE_MS`, the
+        beats slowed to 0.4 s each, and the engines took the dead one's partitions late.)"""
+        return self.alone is None or now - max(times, default=0) < within_ms // 2
 
 
-async def ask_each(redis: Client, keys: Sequence[str], command: str, *args: Any) -> Answers:
+async def ask_each(
+    redis: Client, keys: Sequence[str], command: str, *args: Any, prefer: Collection[int] = ()
+) -> Answers:
     """`command key *args` on each of `keys` (the copies of the beats) at once; the answers
     of those that answered. Once one answered, the others get `COPY_GRACE_S` more: a copy
-    whose master died must not hold a beat (or its reader) for a read timeout. Raises only
-    when none answered."""
+    whose master died must not hold a beat (or its reader) for a read timeout. A copy not
+    among `prefer` (places among `keys`; empty: any) that answers first waits up to
+    `SETTLED_WAIT_S` for one that is. Raises only when none answered."""
     calls = [asyncio.ensure_future(redis.execute_command(command, k, *args)) for k in keys]
     for call in calls:  # one left behind (this read cancelled, or given up) fails unreported
         call.add_done_callback(seen)
     if len(calls) == 1:
         return Answers([await calls[0]], 1, (0,))
-    await patiently(calls, Patience(None, COPY_GRACE_S), answered=lambda f: not f.exception())
+    await _answered(calls, frozenset(calls[i] for i in prefer) or frozenset(calls))
     errors = [e for f in calls if f.done() and not f.cancelled() and (e := f.exception())]
     for error in errors:
         if not isinstance(error, TRANSIENT_ERRORS):
             raise error
-    good = [i for i, f in enumerate(calls) if f.done() and not f.cancelled() and not f.exception()]
+    good = [i for i, f in enumerate(calls) if _answer(f)]
     if not good:
         raise errors[0] if errors else TimeoutError("no copy of the beats answered")
     return Answers([calls[i].result() for i in good], len(calls), tuple(good))
+
+
+def _answer(call: asyncio.Future[Any]) -> bool:
+    return call.done() and not call.cancelled() and call.exception() is None
+
+
+async def _answered(
+    calls: Sequence[asyncio.Future[Any]], wanted: frozenset[asyncio.Future[Any]]
+) -> None:
+    """Wait until one of `wanted` answered (or another did and none of `wanted` is left),
+    then `COPY_GRACE_S` for the rest; once another answered, `SETTLED_WAIT_S` at most for
+    one of `wanted`. Cancels what is left."""
+    loop, pending = asyncio.get_running_loop(), set(calls)
+    ends: float | None = None
+    heard = False
+    try:
+        while pending and (ends is None or loop.time() < ends):
+            left = None if ends is None else ends - loop.time()
+            done, pending = await asyncio.wait(pending, timeout=left, return_when=FIRST)
+            answered = {f for f in done if _answer(f)}
+            if heard or not answered:
+                continue
+            if answered & wanted or not pending & wanted:
+                heard, ends = True, loop.time() + COPY_GRACE_S
+            elif ends is None:
+                ends = loop.time() + SETTLED_WAIT_S
+    finally:
+        for call in pending:  # (also when the caller is cancelled: none is left running)
+            call.cancel()
+    if pending:
+        await asyncio.wait(pending)
 
 
 async def on_each(redis: Client, keys: Sequence[str], command: str, *args: Any) -> list[Any]:

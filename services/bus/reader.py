@@ -561,7 +561,8 @@ class GroupReader:
         # Its own beat too: whether a copy that answered alone is one anybody writes to.
         ordered, began = sorted(names | {self.consumer}), now_ms()
         try:
-            copies = await ask_each(self.redis, self.heartbeats, "HMGET", *ordered)
+            settled = self.sight.settled(began)
+            copies = await ask_each(self.redis, self.heartbeats, "HMGET", *ordered, prefer=settled)
         except UNANSWERED:
             self.sight.failed()  # every copy of the beats is away
             raise

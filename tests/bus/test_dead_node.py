@@ -50,6 +50,7 @@ from services.bus.outages import partition_spells, record
 from services.bus.ownership import Ownership
 from services.bus.presence import (
     ALIVE_MS,
+    COPY_GRACE_S,
     SETTLE_MS,
     Answers,
     Sight,
@@ -331,6 +332,71 @@ async def test_a_member_keeps_its_peers_while_one_copy_of_the_beats_answers_alon
     await beat(client, keys, "engine-b", ENGINE_GROUP, ENGINE_GROUP)
     assert await b.members() == ["engine-b"]
     assert await reader.dead_consumers({"engine-a"}) == {"engine-a"}
+
+
+@pytest.mark.parametrize("reader", ["ownership", "claims"])
+async def test_a_read_of_the_beats_waits_a_moment_for_the_copy_that_answered_every_read(
+    cluster: tuple[RedisClusterProcesses, AgonCluster], reader: str
+) -> None:
+    """After a failover the copy back a moment ago (the promoted replica) answered first,
+    and the copy that had answered every read, its host starved, missed the grace: the
+    first alone judges nobody until it has answered for a settle, and at every such read
+    nobody was judged dead (a kill-host run's engine took a dead member's partitions 1.5 s
+    late). A read waits a moment for the copy that answered every read."""
+    nodes, client = cluster
+    keys = Keys(prefix="settled")
+    ports = [port_of(client, k) for k in beat_keys(client, keys)]
+    for name in ("engine-a", "engine-b", "engine-c"):
+        await beat(client, keys, name, ENGINE_GROUP, ENGINE_GROUP)
+    member = Ownership(client, keys, ENGINE_GROUP, "engine-b")
+    claims = GroupReader(client, [], "g", "engine-b", heartbeats=beat_keys(client, keys))
+
+    async def dead() -> set[str]:
+        if reader == "claims":
+            return await claims.dead_consumers({"engine-a", "engine-c"})
+        return {"engine-a", "engine-b", "engine-c"} - set(await member.members())
+
+    assert await dead() == set()  # both copies answer
+    value = json.loads(beat_value(ENGINE_GROUP, ENGINE_GROUP))
+    for copy in beat_keys(client, keys):  # engine-c dies
+        await client.hset(copy, "engine-c", json.dumps({**value, "time": now_ms() - 5_000}))
+    nodes.pause(ports[1])  # the second copy misses a read: the first answers alone ...
+    try:
+        assert await dead() == set(), "judged by one copy that answered alone"
+    finally:
+        nodes.resume(ports[1])
+    await asyncio.sleep(SETTLE_MS / 1000)  # ... for a settle: it answered every read
+    for name in ("engine-a", "engine-b"):
+        await beat(client, keys, name, ENGINE_GROUP, ENGINE_GROUP)
+    # The second copy (back a moment ago) answers at once, the first (slow) after the grace.
+    nodes.pause(ports[0])
+    asyncio.get_running_loop().call_later(2 * COPY_GRACE_S, nodes.resume, ports[0])
+    assert await dead() == {"engine-c"}
+
+
+async def test_a_member_judges_by_a_copy_whose_newest_beat_is_young_beside_its_lease(
+    cluster: tuple[RedisClusterProcesses, AgonCluster],
+) -> None:
+    """A member is judged dead by its lease, not `ALIVE_MS`: a copy answering alone whose
+    newest beat is under half the lease old was written to lately enough. (After a kill at
+    a whole quota every beat took 0.3-0.6 s; the live copy held no engine's beat younger
+    than half `ALIVE_MS`, and every engine stopped judging for a settle.)"""
+    nodes, client = cluster
+    keys = Keys(prefix="lease")
+    live, dead = beat_keys(client, keys)
+    for name in ("engine-a", "engine-b", "engine-c"):
+        await beat(client, keys, name, ENGINE_GROUP, ENGINE_GROUP)
+    member = Ownership(client, keys, ENGINE_GROUP, "engine-b", lease_ms=4 * ALIVE_MS)
+    assert await member.members() == ["engine-a", "engine-b", "engine-c"]
+    nodes.kill(port_of(client, dead))
+    ends = time.monotonic() + SETTLE_MS / 1000
+    while time.monotonic() < ends:  # the live copy answers alone, every read, for a settle
+        assert await member.members() == ["engine-a", "engine-b", "engine-c"]
+    value, now = json.loads(beat_value(ENGINE_GROUP, ENGINE_GROUP)), now_ms()
+    ages = {"engine-a": ALIVE_MS, "engine-b": ALIVE_MS, "engine-c": 10 * ALIVE_MS}
+    for name, age in ages.items():
+        await client.hset(live, name, json.dumps({**value, "time": now - age}))
+    assert await member.members() == ["engine-a", "engine-b"]
 
 
 async def turns_on_two_masters(
