@@ -399,6 +399,34 @@ async def test_a_member_judges_by_a_copy_whose_newest_beat_is_young_beside_its_l
     assert await member.members() == ["engine-a", "engine-b"]
 
 
+async def test_a_heartbeat_waits_for_no_spell_it_writes(
+    cluster: tuple[RedisClusterProcesses, AgonCluster],
+) -> None:
+    """A consumer's heartbeat writes the spells a failover left beside its beat: after a
+    kill those writes, on a master promoted a moment ago, took up to 0.4 s, and a beat
+    that waited for them was that much older when it landed (its kind's members, finding
+    no fresh beat, stopped judging who is dead)."""
+    nodes, client = cluster
+    keys = Keys(prefix="spell")
+    beats = {port_of(client, copy) for copy in beat_keys(client, keys)}
+    p = next(p for p in keys.all_partitions() if port_of(client, keys.outages(p)) not in beats)
+    projector = Projector(client, keys)
+    projector.master_away((0, 1), frozenset({keys.slot(p)}))
+    slow = port_of(client, keys.outages(p))
+    nodes.pause(slow)  # the spell's master answers late
+    try:
+        heartbeat = asyncio.ensure_future(projector.heartbeat())
+        async with asyncio.timeout(5):
+            while projector.reader.consumer not in await processes(client, keys):
+                await asyncio.sleep(0.01)
+        assert not heartbeat.done()  # the spell is still being written
+    finally:
+        nodes.resume(slow)
+    await heartbeat
+    assert projector.spells_unwritten == []
+    assert (await partition_spells(client, keys, [p]))[p] == [(0, 1)]
+
+
 async def turns_on_two_masters(
     nodes: RedisClusterProcesses, client: AgonCluster, prefix: str
 ) -> tuple[BotWorker, Keys, str, str, int]:
