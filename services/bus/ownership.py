@@ -245,9 +245,10 @@ class Ownership:
         Of every process's beat, only the kind's own are parsed."""
         began, copies = now_ms(), beat_keys(self.redis, self.keys)
         try:
-            async with asyncio.timeout(BEATS_WAIT_S):
-                settled = self.sight.settled(began)
-                answers = await ask_each(self.redis, copies, "HGETALL", prefer=settled)
+            settled = self.sight.settled(began)
+            answers = await ask_each(
+                self.redis, copies, "HGETALL", prefer=settled, wait_s=BEATS_WAIT_S
+            )
         except UNANSWERED:
             # The round goes on with the members it knew: its leases must be renewed.
             self.sight.failed()

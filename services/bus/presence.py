@@ -150,19 +150,23 @@ class Sight:
         self, now: int, took_ms: int = 0, fresh: bool = True, answers: Answers | None = None
     ) -> bool:
         """The beats were read at `now`, in `took_ms`: whether they may say who is dead. A
-        read that took half of `ALIVE_MS` or longer waited out an outage: as blind; so is
-        one that is not `fresh` (`Answers.fresh`). A read that only some copies answered
-        (`Answers.alone`) judges only once those copies have answered every read for
-        `SETTLE_MS`: a copy back from an outage may be a replica promoted a moment ago,
-        holding everyone's beats as old as the failover beside a few fresh ones (read
-        alone, it made a kill-host run's dispatcher find its live peers dead, and a bot
-        worker claim live workers' turns); by then the live have beaten into it."""
+        read that took half of `ALIVE_MS` or longer may have waited out an outage of the
+        copy it read: as blind, unless every copy of several answered (each beat is the
+        newer of its copies, one of them written to throughout; at a whole quota after a
+        kill, reads took 0.4-0.6 s on a starved host, and each such read stopped judging
+        for a settle). So is a read that is not `fresh` (`Answers.fresh`). A read that only
+        some copies answered (`Answers.alone`) judges only once those copies have answered
+        every read for `SETTLE_MS`: a copy back from an outage may be a replica promoted a
+        moment ago, holding everyone's beats as old as the failover beside a few fresh ones
+        (read alone, it made a kill-host run's dispatcher find its live peers dead, and a
+        bot worker claim live workers' turns); by then the live have beaten into it."""
         if answers is not None:
             self.since = {i: self.since.get(i, now) for i in answers.answered}
         if not fresh:
             self.blind = True
             return self._judges(False, "a copy of the beats that nobody wrote to lately")
-        if self.blind or took_ms >= ALIVE_MS // 2:
+        every = answers is not None and answers.asked > 1 and answers.alone is None
+        if self.blind or (took_ms >= ALIVE_MS // 2 and not every):
             why = "an outage" if self.blind else f"a read that took {took_ms} ms"
             self.blind, self.settled_at = False, now + SETTLE_MS
             self._judges(False, f"the beats read again after {why}: settling {SETTLE_MS} ms")
@@ -236,19 +240,24 @@ class Answers:
 
 
 async def ask_each(
-    redis: Client, keys: Sequence[str], command: str, *args: Any, prefer: Collection[int] = ()
+    redis: Client,
+    keys: Sequence[str],
+    command: str,
+    *args: Any,
+    prefer: Collection[int] = (),
+    wait_s: float | None = None,
 ) -> Answers:
     """`command key *args` on each of `keys` (the copies of the beats) at once; the answers
     of those that answered. Once one answered, the others get `COPY_GRACE_S` more: a copy
     whose master died must not hold a beat (or its reader) for a read timeout. A copy not
     among `prefer` (places among `keys`; empty: any) that answers first waits up to
-    `SETTLED_WAIT_S` for one that is. Raises only when none answered."""
+    `SETTLED_WAIT_S` for one that is. With `wait_s`, what answered by then. Raises only
+    when none answered."""
     calls = [asyncio.ensure_future(redis.execute_command(command, k, *args)) for k in keys]
     for call in calls:  # one left behind (this read cancelled, or given up) fails unreported
         call.add_done_callback(seen)
-    if len(calls) == 1:
-        return Answers([await calls[0]], 1, (0,))
-    await _answered(calls, frozenset(calls[i] for i in prefer) or frozenset(calls))
+    wanted = frozenset(calls[i] for i in prefer) or frozenset(calls)
+    await _answered(calls, wanted, None if wait_s is None else _clock() + wait_s)
     errors = [e for f in calls if f.done() and not f.cancelled() and (e := f.exception())]
     for error in errors:
         if not isinstance(error, TRANSIENT_ERRORS):
@@ -263,26 +272,29 @@ def _answer(call: asyncio.Future[Any]) -> bool:
     return call.done() and not call.cancelled() and call.exception() is None
 
 
+def _clock() -> float:
+    return asyncio.get_running_loop().time()
+
+
 async def _answered(
-    calls: Sequence[asyncio.Future[Any]], wanted: frozenset[asyncio.Future[Any]]
+    calls: Sequence[asyncio.Future[Any]],
+    wanted: frozenset[asyncio.Future[Any]],
+    deadline: float | None = None,
 ) -> None:
     """Wait until one of `wanted` answered (or another did and none of `wanted` is left),
     then `COPY_GRACE_S` for the rest; once another answered, `SETTLED_WAIT_S` at most for
-    one of `wanted`. Cancels what is left."""
-    loop, pending = asyncio.get_running_loop(), set(calls)
-    ends: float | None = None
-    heard = False
+    one of `wanted`; never past `deadline` (the event loop's clock). Cancels what is left."""
+    pending, ends, heard = set(calls), deadline, False
     try:
-        while pending and (ends is None or loop.time() < ends):
-            left = None if ends is None else ends - loop.time()
+        while pending and (ends is None or _clock() < ends):
+            left = None if ends is None else ends - _clock()
             done, pending = await asyncio.wait(pending, timeout=left, return_when=FIRST)
             answered = {f for f in done if _answer(f)}
             if heard or not answered:
                 continue
-            if answered & wanted or not pending & wanted:
-                heard, ends = True, loop.time() + COPY_GRACE_S
-            elif ends is None:
-                ends = loop.time() + SETTLED_WAIT_S
+            heard = bool(answered & wanted) or not pending & wanted
+            then = _clock() + (COPY_GRACE_S if heard else SETTLED_WAIT_S)
+            ends = then if ends is None else min(ends, then)
     finally:
         for call in pending:  # (also when the caller is cancelled: none is left running)
             call.cancel()

@@ -54,6 +54,7 @@ from services.bus.presence import (
     SETTLE_MS,
     Answers,
     Sight,
+    ask_each,
     beat,
     beat_keys,
     beat_value,
@@ -209,9 +210,14 @@ def test_nobody_is_judged_dead_right_after_the_beats_come_back() -> None:
     assert not sight.read(5_000)
     assert not sight.read(5_000 + SETTLE_MS - 1)
     assert sight.read(5_000 + SETTLE_MS)  # everyone alive has beaten again by now
-    # A read that hung through the outage instead of failing counts as blind too.
+    # A read that hung through the outage instead of failing counts as blind too ...
     assert not sight.read(9_000, took_ms=ALIVE_MS)
     assert sight.read(9_000 + SETTLE_MS, took_ms=1)
+    # ... one copy of two answering alone too, but not both: each beat is the newer of its
+    # copies, and one of them was written to throughout.
+    both, first = Answers([{}, {}], 2, (0, 1)), Answers([{}], 2, (0,))
+    assert sight.read(20_000, took_ms=ALIVE_MS, answers=both)
+    assert not sight.read(20_100, took_ms=ALIVE_MS, answers=first)
 
 
 def test_a_reader_that_stops_judging_who_is_dead_says_why_once_and_when_it_judges_again(
@@ -372,6 +378,26 @@ async def test_a_read_of_the_beats_waits_a_moment_for_the_copy_that_answered_eve
     nodes.pause(ports[0])
     asyncio.get_running_loop().call_later(2 * COPY_GRACE_S, nodes.resume, ports[0])
     assert await dead() == {"engine-c"}
+
+
+async def test_a_read_of_the_beats_by_a_deadline_keeps_what_answered_by_then(
+    cluster: tuple[RedisClusterProcesses, AgonCluster],
+) -> None:
+    """A read waiting for the copy that answered every read (its master stalled) ends at its
+    deadline with the copy that did answer: failing it instead (a member's round bounds its
+    read) would stop the reader judging for a settle."""
+    nodes, client = cluster
+    keys = Keys(prefix="deadline")
+    copies = beat_keys(client, keys)
+    await beat(client, keys, "engine-a", ENGINE_GROUP, ENGINE_GROUP)
+    stalled = port_of(client, copies[1])
+    nodes.pause(stalled)
+    try:
+        answers = await ask_each(client, copies, "HGETALL", prefer={1}, wait_s=0.2)
+    finally:
+        nodes.resume(stalled)
+    assert (answers.answered, answers.asked) == ((0,), 2)
+    assert set(answers.answers[0]) == {b"engine-a"}
 
 
 async def test_a_member_judges_by_a_copy_whose_newest_beat_is_young_beside_its_lease(
