@@ -50,8 +50,6 @@ from services.bus.text import as_text, now_ms
 
 log = logging.getLogger("agon.bus")
 
-FIRST = asyncio.FIRST_COMPLETED
-
 #: How often a running process beats: four beats in `ALIVE_MS`, so one late beat is no death.
 EVERY_S = 0.175
 #: A process whose last beat is at most this old is alive; older, its work goes to others
@@ -288,7 +286,9 @@ async def _answered(
     try:
         while pending and (ends is None or _clock() < ends):
             left = None if ends is None else ends - _clock()
-            done, pending = await asyncio.wait(pending, timeout=left, return_when=FIRST)
+            done, pending = await asyncio.wait(
+                pending, timeout=left, return_when=asyncio.FIRST_COMPLETED
+            )
             answered = {f for f in done if _answer(f)}
             if heard or not answered:
                 continue
