@@ -572,13 +572,33 @@ class EngineService(StreamConsumer):
             pipe.pexpire(stream, REPLY_TTL_MS)
         for stream, fields in out.dead:
             pipe.xadd(stream, fields, maxlen=DEAD_LETTER_MAXLEN, approximate=True)
-        for stream, ids in out.acks.items():
-            pipe.xack(stream, ENGINE_GROUP, *ids)
-        for result in await pipe.execute(raise_on_error=False):
-            if isinstance(result, Exception):
-                # e.g. a reply_to that names a key of another type: the command is done
-                # and its reply remembered, so a retry by the sender still gets it.
-                log.warning("engine %s: reply or dead letter failed: %s", self.consumer, result)
+        acked = list(out.acks)
+        for stream in acked:
+            pipe.xack(stream, ENGINE_GROUP, *out.acks[stream])
+        try:
+            results = await pipe.execute(raise_on_error=False)
+        except BaseException:
+            self.reader.recover(acked)  # which acks landed is unknown: read them all again
+            raise
+        sent = len(results) - len(acked)
+        # A failed reply (e.g. a reply_to that names a key of another type): the command is
+        # done and its reply remembered, so a retry by the sender still gets it.
+        replies = [r for r in results[:sent] if isinstance(r, Exception)]
+        # A failed ack (its master went down): the entries stay pending with this consumer,
+        # and only it reads them again, answering from the replies memory.
+        unacked = [
+            s for s, r in zip(acked, results[sent:], strict=True) if isinstance(r, Exception)
+        ]
+        if replies or unacked:
+            self.reader.recover(unacked)
+            log.warning(
+                "engine %s: %d replies or dead letters and %d acks failed (%s)%s",
+                self.consumer,
+                len(replies),
+                len(unacked),
+                next(r for r in results if isinstance(r, Exception)),
+                "; the unacknowledged entries are read again" if unacked else "",
+            )
 
     # -- the cache of live games ---------------------------------------------------------
     async def _records(self, game_ids: set[str]) -> tuple[dict[str, GameRecord], dict[str, str]]:

@@ -546,6 +546,36 @@ async def test_entries_left_pending_by_a_dead_consumer_are_finished_once(
     assert await h.pending() == 0
 
 
+async def test_an_entry_whose_ack_failed_is_read_again_by_its_own_consumer(
+    h: Harness, redis_factory: Callable[..., aioredis.Redis], namespace: str
+) -> None:
+    # A real XACK failure and nothing else: the engine's user may not acknowledge (on a
+    # cluster, the command stream's master went down between the commit and the flush).
+    user = f"{namespace}-engine"
+    await h.redis.acl_setuser(
+        user, enabled=True, passwords=["+pw"], keys=["*"], channels=["*"], categories=["+@all"]
+    )
+    await h.redis.acl_setuser(user, enabled=True, commands=["-xack"])
+    try:
+        engine = EngineService(
+            redis_factory(username=user, password="pw"), h.keys, secret=SECRET, consumer="e1"
+        )
+        cid = await h.create("g1")
+        await engine.process(await engine.read_new(None))
+        assert isinstance(await h.reply(cid), Accepted)
+        assert await h.pending() == 1  # done and answered, but not acknowledged
+        await h.redis.acl_setuser(user, enabled=True, commands=["+xack"])
+        # Nobody else claims a live consumer's entry: it must read the entry again itself.
+        again = await engine.read_new(None)
+        assert [e.entry_id for e in again] != []
+        await engine.process(again)
+        assert await h.pending() == 0
+        assert len((await h.replies())[cid]) == 2 and engine.counts.duplicates == 1
+        assert len(await h.log("g1")) == 4
+    finally:
+        await h.redis.acl_deluser(user)
+
+
 async def test_an_entry_that_keeps_killing_engines_is_dead_lettered(
     h: Harness, make_engine: Callable[..., EngineService]
 ) -> None:
