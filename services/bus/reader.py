@@ -471,11 +471,15 @@ class GroupReader:
         """Read `streams` from now on (a member's share of the partitions changed): the
         groups of new ones are made; the lanes of streams given up stop, and what they
         read stays pending with this consumer, for the new owner to claim (`claim_strays`)."""
-        for stream in set(streams) - set(self.streams):
-            await ensure_group(self.redis, stream, self.group)
+        new = [s for s in streams if s not in self.streams]
+        await asyncio.gather(*(ensure_group(self.redis, s, self.group) for s in new))
         self.streams = list(streams)
         for stream in [s for s in self._lanes if s not in streams]:
             self._lanes.pop(stream).cancel()
+        if self._lanes:  # serving on a cluster: a wait under way reads the new ones too
+            for stream in new:
+                if stream not in self._lanes:
+                    self._lanes[stream] = asyncio.create_task(self._lane(stream))
 
     async def claim_strays(self, streams: Sequence[str]) -> int:
         """Claim the entries pending with other consumers on `streams`, which this consumer
@@ -517,6 +521,8 @@ class GroupReader:
         for another consumer's claim sweep.
         """
         self._recover.update(self.streams if streams is None else streams)
+        if self._lanes:  # a wait under way on a cluster ends: the next read takes them first
+            self._nudge()
 
     async def _own_pending(self) -> list[Entry]:
         """This consumer's pending entries of the streams to recover. A stream that answers

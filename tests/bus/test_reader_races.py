@@ -10,11 +10,14 @@ is longer than argument 1`.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 import redis.asyncio as aioredis
 
+from services.bus.connection import connect
 from services.bus.keys import ENGINE_GROUP, Keys
-from services.bus.reader import GroupReader, ensure_group, trim_acknowledged
+from services.bus.reader import Entry, GroupReader, ensure_group, trim_acknowledged
+from tests.support.cluster import ClusterTarget
 
 
 async def test_trimming_while_the_group_acknowledges_its_last_pending_entry(
@@ -53,3 +56,46 @@ async def test_a_rebalance_while_housekeeping_reads_the_groups(
         await asyncio.sleep(0)  # its pipeline is on its way
         await reader.set_streams(streams[:1])
         await running
+
+
+async def test_a_partition_taken_during_a_wait_is_read_within_that_wait(
+    cluster_url: ClusterTarget,
+) -> None:
+    """On a cluster each stream has its own blocking lane. A member that takes a partition
+    while its loop waits (up to `block_ms`, or to the next claim pass) reads the new stream
+    in that wait, and what it claimed there from a dead member is handed over at once:
+    both waited for the next read, a whole wait later on a quiet consumer."""
+    redis = await connect(cluster_url.url)
+    keys = Keys(prefix=cluster_url.prefix)
+    mine, taken, left = keys.commands(0), keys.commands(1), keys.commands(2)
+    reader = GroupReader(
+        redis, [mine], ENGINE_GROUP, "heir", heartbeats=keys.processes(), claim_every_s=600
+    )
+
+    async def next_batch() -> list[Entry]:
+        while not (batch := await reader.read(600_000)):
+            pass
+        return batch
+
+    async def during_a_wait(*steps: Awaitable[object]) -> list[bytes | None]:
+        waiting = asyncio.ensure_future(next_batch())
+        await asyncio.sleep(0.2)  # (the wait is under way)
+        for step in steps:
+            await step
+        batch = await asyncio.wait_for(waiting, 10)
+        await reader.ack(batch)
+        return [e.data for e in batch]
+
+    try:
+        await ensure_group(redis, left, ENGINE_GROUP)
+        await redis.xadd(left, {"m": b"left"})
+        await redis.xreadgroup(ENGINE_GROUP, "dead", {left: ">"})  # read, never acknowledged
+        assert await reader.read(None) == []
+        await reader.claimed_so_far()  # the next claim pass is 600 s away
+        taking = reader.set_streams([mine, taken])
+        assert await during_a_wait(taking, redis.xadd(taken, {"m": b"new"})) == [b"new"]
+        taking = reader.set_streams([mine, taken, left])
+        assert await during_a_wait(taking, reader.claim_strays([left])) == [b"left"]
+    finally:
+        await reader.close()
+        await redis.aclose()
