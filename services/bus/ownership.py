@@ -108,6 +108,9 @@ return 0
 )
 
 
+#: Who holds each partition's lease, and who held each lapsed one (`Ownership._look`).
+Holders = tuple[dict[int, str], dict[int, str]]
+
 #: Who holds a lease whose master did not answer (`Ownership._look`): not free.
 UNSEEN = "?"
 
@@ -292,7 +295,7 @@ class Ownership:
         began = asyncio.get_running_loop().time()
         due = [p for p in sorted(self.owned) if began - self._renewed.get(p, 0) >= RENEW_S]
         early: list[Any] | None = None
-        looked: tuple[dict[int, str], dict[int, str]] | None = None
+        looked: Holders | None = None
         if self._short_soon():
             # Likely short this round: the look and the renewals go beside the beats' read,
             # not after it (on a starved host each round trip costs 0.1-0.3 s of a handover).
@@ -361,7 +364,7 @@ class Ownership:
             return True
         return self._member_ends_ms is not None and now_ms() >= self._member_ends_ms
 
-    async def _look(self) -> tuple[dict[int, str], dict[int, str]]:
+    async def _look(self) -> Holders:
         """Who holds each partition this member does not, and who held those whose lease
         lapsed; `UNSEEN` holds those whose master did not answer in time. Such a master is
         failing over: its holder cannot renew meanwhile, and whoever dealt it as free would

@@ -388,9 +388,7 @@ class GroupReader:
         """New entries, waiting up to `block_ms` for something to arrive."""
         if not is_cluster(self.redis):
             return await self._read_streams(">", block_ms)
-        for stream in self.streams:
-            if stream not in self._lanes:
-                self._lanes[stream] = asyncio.create_task(self._lane(stream))
+        self._start_lanes(self.streams)
         async with self._cond:
             if not self._buffer and not self._nudged:
                 with contextlib.suppress(TimeoutError):
@@ -402,6 +400,12 @@ class GroupReader:
             out, self._buffer = self._buffer, []
             self._cond.notify_all()
         return out
+
+    def _start_lanes(self, streams: Sequence[str]) -> None:
+        """Start a lane for each of `streams` that has none."""
+        for stream in streams:
+            if stream not in self._lanes:
+                self._lanes[stream] = asyncio.create_task(self._lane(stream))
 
     async def _lane(self, stream: str) -> None:
         """Block on one stream; hand over what arrives; wait until it was taken. Only while
@@ -477,9 +481,7 @@ class GroupReader:
         for stream in [s for s in self._lanes if s not in streams]:
             self._lanes.pop(stream).cancel()
         if self._lanes:  # serving on a cluster: a wait under way reads the new ones too
-            for stream in new:
-                if stream not in self._lanes:
-                    self._lanes[stream] = asyncio.create_task(self._lane(stream))
+            self._start_lanes(new)
 
     async def claim_strays(self, streams: Sequence[str]) -> int:
         """Claim the entries pending with other consumers on `streams`, which this consumer

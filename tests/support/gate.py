@@ -17,6 +17,8 @@ T = TypeVar("T")
 #: How long a wave waits for the replies and the requests they lead to (s): generous, as
 #: a request that misses its wave only counts one more.
 SETTLE_S = 0.2
+#: How many waves in a row may find nothing sent before `waves` gives up on the work.
+IDLE_WAVES = 50
 
 
 class Gate:
@@ -75,10 +77,15 @@ class Gate:
         """Run `work` to its end, releasing what it sends; its result and how many releases
         it waited for."""
         task = asyncio.ensure_future(work)
-        waves = 0
-        while True:
+        waves = idle = 0
+        while idle < IDLE_WAVES:
             await asyncio.wait([task], timeout=SETTLE_S)
             if task.done():
                 return task.result(), waves
             if self.release():
-                waves += 1
+                waves, idle = waves + 1, 0
+            else:
+                idle += 1
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise TimeoutError(f"the work sent nothing for {IDLE_WAVES * SETTLE_S:.0f} s, unfinished")
