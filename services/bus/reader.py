@@ -513,6 +513,8 @@ class GroupReader:
         if claimed:
             log.info("%s: took over %d entries of the partitions it owns", self.consumer, claimed)
             self.recover()
+            if self._lanes:  # a wait under way on a cluster ends: the next read takes them
+                self._nudge()
         return claimed
 
     def recover(self, streams: Sequence[str] | None = None) -> None:
@@ -523,8 +525,6 @@ class GroupReader:
         for another consumer's claim sweep.
         """
         self._recover.update(self.streams if streams is None else streams)
-        if self._lanes:  # a wait under way on a cluster ends: the next read takes them first
-            self._nudge()
 
     async def _own_pending(self) -> list[Entry]:
         """This consumer's pending entries of the streams to recover. A stream that answers
