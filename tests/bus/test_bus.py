@@ -32,6 +32,7 @@ from services.engine_service import EngineService
 from services.gamelog.fold import GameFold
 from services.projector import Projector, models, rebuild, verify
 from tests.conftest import PrimaryAndReplica
+from tests.support.gate import Gate
 
 BOTS = [SeatSpec(kind="bot", name="random"), SeatSpec(kind="bot", name="random")]
 
@@ -103,6 +104,32 @@ async def test_single_commands_sent_together_each_land_once_and_fail_alone(
             for _, fields in await redis.xrange(keys.commands(p)):
                 sent.append(CreateGame.model_validate(msgpack.unpackb(fields[b"m"])).game_id)
     assert sorted(sent) == sorted(set(ids) - set(lost))
+
+
+async def test_closing_a_client_stops_the_sends_it_has_in_flight(
+    redis_server: EmbeddedRedis, redis_db: int, keys: Keys
+) -> None:
+    """A send whose sender gave up (a driver cancelled) while Redis had not answered is
+    stopped when the client closes, its connection with it: nothing of it outlives the
+    client, to be collected later with a socket still open."""
+    async with Gate(redis_server.port) as gate:
+        redis = aioredis.Redis.from_url(f"redis://127.0.0.1:{gate.port}/{redis_db}")
+        await gate.waves(asyncio.gather(redis.ping(), redis.ping()))  # two connections
+        client = CommandClient(redis, keys)
+        sender = asyncio.create_task(client.send([create("g1")]))
+        while not gate.holds(b"XADD"):
+            await asyncio.sleep(0.01)
+        sender.cancel()
+        await asyncio.gather(sender, return_exceptions=True)
+        closing = asyncio.create_task(client.close())
+        while not gate.holds(b"DEL"):  # its last word to Redis (on a connection made anew)
+            gate.release(but=b"XADD")
+            await asyncio.sleep(0.01)
+        sends = sum("_send_batch" in repr(t.get_coro()) for t in asyncio.all_tasks())
+        gate.release()
+        await closing
+        await redis.aclose()
+    assert sends == 0, f"{sends} sends outlive their client"
 
 
 async def test_the_game_list_filters_and_pages_across_partitions(

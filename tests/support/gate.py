@@ -66,12 +66,17 @@ class Gate:
             task = asyncio.create_task(work)
             self._tasks.add(task)
 
-    def release(self) -> int:
-        """Send on everything held; how many chunks."""
-        held, self._held = self._held, []
+    def release(self, but: bytes | None = None) -> int:
+        """Send on everything held (`but` the chunks that hold those bytes); how many."""
+        kept = [(w, data) for w, data in self._held if but is not None and but in data]
+        held, self._held = [h for h in self._held if h not in kept], kept
         for up_writer, data in held:
             up_writer.write(data)
         return len(held)
+
+    def holds(self, part: bytes) -> bool:
+        """Whether something held (a command's name, say) holds those bytes."""
+        return any(part in data for _, data in self._held)
 
     async def waves(self, work: Awaitable[T]) -> tuple[T, int]:
         """Run `work` to its end, releasing what it sends; its result and how many releases
