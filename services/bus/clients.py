@@ -126,8 +126,8 @@ class CommandClient:
         if stopping:
             await asyncio.wait(stopping, timeout=2.0)
         for batch in self._outbox.values():
-            for _, _, future in batch:
-                future.cancel()
+            for _, _, sent in batch:
+                sent.cancel()
         self._outbox.clear()
         with contextlib.suppress(Exception):
             await self.redis.delete(self.reply_to)
