@@ -117,18 +117,20 @@ class CommandClient:
         if reader is not None:
             reader.cancel()
             await asyncio.wait([reader], timeout=2.0)
-        # What is on its way is stopped now (its connection closed with it), not left to
-        # the loop's end; and the senders waiting for the next pipeline hear so.
+        # The senders waiting for the next pipeline hear that none comes (first: a pipeline
+        # that ends would send them), and what is on its way is stopped now, its connection
+        # closed with it, not left to the loop's end.
+        for batch in self._outbox.values():
+            for _, _, sent in batch:
+                if not sent.done():
+                    sent.set_exception(ConnectionError("the command client closed unsent"))
+        self._outbox.clear()
         stopping = [t for t in (self._sweeper, *self._flushing.values()) if t is not None]
         self._sweeper = None
         for task in stopping:
             task.cancel()
         if stopping:
             await asyncio.wait(stopping, timeout=2.0)
-        for batch in self._outbox.values():
-            for _, _, sent in batch:
-                sent.cancel()
-        self._outbox.clear()
         with contextlib.suppress(Exception):
             await self.redis.delete(self.reply_to)
         for future in self._waiting.values():

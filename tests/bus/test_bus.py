@@ -111,7 +111,8 @@ async def test_closing_a_client_stops_the_sends_it_has_in_flight(
 ) -> None:
     """A send whose sender gave up (a driver cancelled) while Redis had not answered is
     stopped when the client closes, its connection with it: nothing of it outlives the
-    client, to be collected later with a socket still open."""
+    client, to be collected later with a socket still open; one waiting for the next
+    pipeline is told it was not sent."""
     async with Gate(redis_server.port) as gate:
         redis = aioredis.Redis.from_url(f"redis://127.0.0.1:{gate.port}/{redis_db}")
         await gate.waves(asyncio.gather(redis.ping(), redis.ping()))  # two connections
@@ -119,6 +120,8 @@ async def test_closing_a_client_stops_the_sends_it_has_in_flight(
         sender = asyncio.create_task(client.send([create("g1")]))
         while not gate.holds(b"XADD"):
             await asyncio.sleep(0.01)
+        queued = asyncio.create_task(client.send([create("g2")]))  # for the next pipeline
+        await asyncio.sleep(0.05)
         sender.cancel()
         await asyncio.gather(sender, return_exceptions=True)
         closing = asyncio.create_task(client.close())
@@ -130,6 +133,8 @@ async def test_closing_a_client_stops_the_sends_it_has_in_flight(
         await closing
         await redis.aclose()
     assert sends == 0, f"{sends} sends outlive their client"
+    with pytest.raises(ConnectionError, match="closed unsent"):
+        await queued
 
 
 async def test_the_game_list_filters_and_pages_across_partitions(

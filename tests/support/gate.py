@@ -68,8 +68,9 @@ class Gate:
 
     def release(self, but: bytes | None = None) -> int:
         """Send on everything held (`but` the chunks that hold those bytes); how many."""
-        kept = [(w, data) for w, data in self._held if but is not None and but in data]
-        held, self._held = [h for h in self._held if h not in kept], kept
+        keep = [but is not None and but in data for _, data in self._held]
+        held = [h for h, kept in zip(self._held, keep, strict=True) if not kept]
+        self._held = [h for h, kept in zip(self._held, keep, strict=True) if kept]
         for up_writer, data in held:
             up_writer.write(data)
         return len(held)
