@@ -55,6 +55,19 @@ STATUSES = ("waiting", "playing", "ended")
 SWEEP_S = 0.05
 
 
+#: What a sender hears of a command a closing client did not send.
+UNSENT = "the command client closed before sending"
+#: How many times a closing client stops what it was sending (a sender may come meanwhile).
+CLOSE_PASSES = 3
+
+
+def _fail(batch: Sequence[tuple[str, bytes, asyncio.Future[None]]], exc: Exception) -> None:
+    """Tell the senders of `batch` still waiting (a cancelled one's future is done)."""
+    for _, _, sent in batch:
+        if not sent.done():
+            sent.set_exception(exc)
+
+
 @dataclass(frozen=True, slots=True)
 class LogEntry:
     """One stored event: its seq and its bytes (the hash chain is over these bytes)."""
@@ -112,30 +125,33 @@ class CommandClient:
             self._reader = asyncio.create_task(self._read_replies())
 
     async def close(self) -> None:
+        """Stop reading replies and sending: nothing of the client outlives it (a send
+        left running would hold its connection open past its event loop's end)."""
         self._closing = True
         reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.cancel()
-            await asyncio.wait([reader], timeout=2.0)
-        # The senders waiting for the next pipeline hear that none comes (first: a pipeline
-        # that ends would send them), and what is on its way is stopped now, its connection
-        # closed with it, not left to the loop's end.
-        for batch in self._outbox.values():
-            for _, _, sent in batch:
-                if not sent.done():
-                    sent.set_exception(ConnectionError("the command client closed unsent"))
-        self._outbox.clear()
-        stopping = [t for t in (self._sweeper, *self._flushing.values()) if t is not None]
-        self._sweeper = None
-        for task in stopping:
-            task.cancel()
-        if stopping:
+        for _ in range(CLOSE_PASSES):  # again for a sender that came while one was stopped
+            # The senders waiting for the next pipeline hear that none comes (first: a
+            # pipeline that ends would send them); what is on its way stops now, its
+            # connection closed with it.
+            for batch in self._outbox.values():
+                _fail(batch, ConnectionError(UNSENT))
+            self._outbox.clear()
+            stopping = [t for t in (reader, *self._flushing.values()) if t is not None]
+            if not stopping:
+                break
+            reader = None
+            for task in stopping:
+                task.cancel()
             await asyncio.wait(stopping, timeout=2.0)
         with contextlib.suppress(Exception):
             await self.redis.delete(self.reply_to)
         for future in self._waiting.values():
             future.cancel()
         self._waiting.clear()
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:  # (last: a wait that ended above may have started one)
+            sweeper.cancel()
+            await asyncio.wait([sweeper], timeout=2.0)
 
     # -- sending ---------------------------------------------------------------------------
     def _queue(self, pipe: Any, command: Command) -> None:
@@ -206,7 +222,9 @@ class CommandClient:
 
     def _flushed(self, node: str | None) -> None:
         del self._flushing[node]
-        if self._outbox.get(node):
+        if self._closing:
+            _fail(self._outbox.pop(node, []), ConnectionError(UNSENT))
+        elif self._outbox.get(node):
             self._flush(node)  # what queued while the pipeline was out goes as the next one
 
     async def _send_batch(self, batch: list[tuple[str, bytes, asyncio.Future[None]]]) -> None:
@@ -220,10 +238,7 @@ class CommandClient:
                     pipe.xadd(stream, {FIELD: data})
                 answers = await pipe.execute(raise_on_error=False)
         except BaseException as exc:  # the senders hear of it, whatever it is
-            failure = exc if isinstance(exc, Exception) else ConnectionError("send cancelled")
-            for _, _, future in batch:
-                if not future.done():
-                    future.set_exception(failure)
+            _fail(batch, exc if isinstance(exc, Exception) else ConnectionError("send cancelled"))
             if not isinstance(exc, Exception):
                 raise
             return

@@ -112,29 +112,36 @@ async def test_closing_a_client_stops_the_sends_it_has_in_flight(
     """A send whose sender gave up (a driver cancelled) while Redis had not answered is
     stopped when the client closes, its connection with it: nothing of it outlives the
     client, to be collected later with a socket still open; one waiting for the next
-    pipeline is told it was not sent."""
+    pipeline, or coming while the client closes, is told it was not sent."""
     async with Gate(redis_server.port) as gate:
         redis = aioredis.Redis.from_url(f"redis://127.0.0.1:{gate.port}/{redis_db}")
         await gate.waves(asyncio.gather(redis.ping(), redis.ping()))  # two connections
         client = CommandClient(redis, keys)
         sender = asyncio.create_task(client.send([create("g1")]))
-        while not gate.holds(b"XADD"):
-            await asyncio.sleep(0.01)
+        async with asyncio.timeout(10):
+            while not gate.holds(b"XADD"):
+                await asyncio.sleep(0.01)
         queued = asyncio.create_task(client.send([create("g2")]))  # for the next pipeline
         await asyncio.sleep(0.05)
         sender.cancel()
         await asyncio.gather(sender, return_exceptions=True)
         closing = asyncio.create_task(client.close())
-        while not gate.holds(b"DEL"):  # its last word to Redis (on a connection made anew)
-            gate.release(but=b"XADD")
-            await asyncio.sleep(0.01)
+        await asyncio.sleep(0)  # the close under way, stopping the XADD on its way ...
+        late = asyncio.create_task(client.send([create("g3")]))  # ... a sender comes
+        async with asyncio.timeout(10):
+            while not gate.holds(b"DEL"):  # its last word to Redis (on a connection made anew)
+                assert not closing.done(), "the client closed without deleting its reply stream"
+                gate.release(but=b"XADD")
+                await asyncio.sleep(0.01)
         sends = sum("_send_batch" in repr(t.get_coro()) for t in asyncio.all_tasks())
         gate.release()
         await closing
         await redis.aclose()
     assert sends == 0, f"{sends} sends outlive their client"
-    with pytest.raises(ConnectionError, match="closed unsent"):
+    with pytest.raises(ConnectionError, match="closed before sending"):
         await queued
+    with pytest.raises(ConnectionError):
+        await late
 
 
 async def test_the_game_list_filters_and_pages_across_partitions(
