@@ -96,6 +96,8 @@ class CommandClient:
         self._waiting: dict[str, asyncio.Future[Reply]] = {}
         self._reader: asyncio.Task[None] | None = None
         self._closing = False
+        #: a close under way stops the sends (`_flushed` sends nothing more meanwhile)
+        self._stopping = False
         self._last = "0-0"
         #: per node (None: a single server), single commands waiting for the next turn of
         #: the event loop or for the pipeline in flight there to be answered (`_send_one`)
@@ -127,22 +129,25 @@ class CommandClient:
     async def close(self) -> None:
         """Stop reading replies and sending: nothing of the client outlives it (a send
         left running would hold its connection open past its event loop's end)."""
-        self._closing = True
+        self._closing = self._stopping = True
         reader, self._reader = self._reader, None
-        for _ in range(CLOSE_PASSES):  # again for a sender that came while one was stopped
-            # The senders waiting for the next pipeline hear that none comes (first: a
-            # pipeline that ends would send them); what is on its way stops now, its
-            # connection closed with it.
-            for batch in self._outbox.values():
-                _fail(batch, ConnectionError(UNSENT))
-            self._outbox.clear()
-            stopping = [t for t in (reader, *self._flushing.values()) if t is not None]
-            if not stopping:
-                break
-            reader = None
-            for task in stopping:
-                task.cancel()
-            await asyncio.wait(stopping, timeout=2.0)
+        try:
+            for _ in range(CLOSE_PASSES):  # again for a sender that came while one stopped
+                # The senders waiting for the next pipeline hear that none comes (first: a
+                # pipeline that ends would send them); what is on its way stops now, its
+                # connection closed with it.
+                for batch in self._outbox.values():
+                    _fail(batch, ConnectionError(UNSENT))
+                self._outbox.clear()
+                stopping = [t for t in (reader, *self._flushing.values()) if t is not None]
+                if not stopping:
+                    break
+                reader = None
+                for task in stopping:
+                    task.cancel()
+                await asyncio.wait(stopping, timeout=2.0)
+        finally:
+            self._stopping = False  # a closed client may send again
         with contextlib.suppress(Exception):
             await self.redis.delete(self.reply_to)
         for future in self._waiting.values():
@@ -222,7 +227,7 @@ class CommandClient:
 
     def _flushed(self, node: str | None) -> None:
         del self._flushing[node]
-        if self._closing:
+        if self._stopping:
             _fail(self._outbox.pop(node, []), ConnectionError(UNSENT))
         elif self._outbox.get(node):
             self._flush(node)  # what queued while the pipeline was out goes as the next one

@@ -122,7 +122,8 @@ async def test_closing_a_client_stops_the_sends_it_has_in_flight(
             while not gate.holds(b"XADD"):
                 await asyncio.sleep(0.01)
         queued = asyncio.create_task(client.send([create("g2")]))  # for the next pipeline
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0)
+        assert client._outbox, "the second send did not wait for the next pipeline"
         sender.cancel()
         await asyncio.gather(sender, return_exceptions=True)
         closing = asyncio.create_task(client.close())
@@ -142,6 +143,26 @@ async def test_closing_a_client_stops_the_sends_it_has_in_flight(
         await queued
     with pytest.raises(ConnectionError):
         await late
+
+
+async def test_a_closed_client_sends_again(redis: aioredis.Redis, keys: Keys) -> None:
+    """Closing stops the sends of that moment only: concurrent sends afterwards, queued
+    behind one another's pipelines, all land."""
+    client = CommandClient(redis, keys)
+    await client.send([create("g0")])
+    await client.close()
+    ids = [f"g{i}" for i in range(1, 21)]
+    sends = [asyncio.create_task(client.send([create(gid)])) for gid in ids[:10]]
+    while not client._flushing:  # a pipeline on its way ...
+        await asyncio.sleep(0)
+    sends += [asyncio.create_task(client.send([create(gid)])) for gid in ids[10:]]  # ... behind
+    await asyncio.gather(*sends)
+    sent = {
+        CreateGame.model_validate(msgpack.unpackb(fields[b"m"])).game_id
+        for p in keys.all_partitions()
+        for _, fields in await redis.xrange(keys.commands(p))
+    }
+    assert sent == {"g0", *ids}
 
 
 async def test_the_game_list_filters_and_pages_across_partitions(

@@ -68,9 +68,8 @@ class Gate:
 
     def release(self, but: bytes | None = None) -> int:
         """Send on everything held (`but` the chunks that hold those bytes); how many."""
-        keep = [but is not None and but in data for _, data in self._held]
-        held = [h for h, kept in zip(self._held, keep, strict=True) if not kept]
-        self._held = [h for h, kept in zip(self._held, keep, strict=True) if kept]
+        held = [h for h in self._held if but is None or but not in h[1]]
+        self._held = [h for h in self._held if but is not None and but in h[1]]
         for up_writer, data in held:
             up_writer.write(data)
         return len(held)
