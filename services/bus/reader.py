@@ -12,6 +12,8 @@ stream costs a third of the throughput there, measured). On a cluster, reads tha
 wait go stream by stream in one pipeline, and waiting uses one blocking XREADGROUP per
 stream ("lanes", each on its own connection), fanned into one buffer; a lane holds at most
 one unread batch. `read(None)` never waits: the drain ("burst") mode of tests and benchmarks.
+On a single server a consumer that writes once a batch (the engine's commit) reads its
+next batch in that write's round trip (`read_ahead`): one round trip a batch, not two.
 
 Dead consumers are noticed in about a second, not minutes: every running consumer beats
 (`services.bus.presence`) every 0.175 s; a sweep every half second claims (XCLAIM)
@@ -32,7 +34,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,6 +197,8 @@ class GroupReader:
         self._buffer: list[Entry] = []
         self._cond = asyncio.Condition()
         self._lane_block_ms = 1000
+        #: new entries read in another command's round trip (`read_ahead`), for the next read
+        self._ahead: list[Entry] = []
 
     async def setup(self) -> None:
         for stream in self.streams:
@@ -238,6 +242,9 @@ class GroupReader:
             if own:
                 self._own_read.update((e.stream, e.entry_id) for e in own)
                 return own
+        if self._ahead:
+            ahead, self._ahead = self._ahead, []
+            return ahead
         if block_ms is None:
             return await self._poll()
         # No longer than until the next claim pass, or while one is under way, than a
@@ -353,6 +360,28 @@ class GroupReader:
             log.debug("%s: a claim pass failed: %s", self.consumer, task.exception())
             return []
         return task.result()
+
+    def read_ahead(self, pipe: Any) -> Callable[[Any], None] | None:
+        """Queue in `pipe`, the pipeline of a consumer's write, a read of new entries that
+        does not wait (`scripts.Rider`): the next read hands them over with no round trip
+        of its own. A consumer that writes once a batch then reads in one round trip, not
+        two, while entries keep coming. Nothing is queued on a cluster (its pipeline is
+        one per node), with entries read ahead still to hand over, or own pending entries
+        to read again first (they would come twice). An answer that failed leaves what
+        Redis delivered pending with this consumer: read again first (`recover`)."""
+        if is_cluster(self.redis) or not self.streams or self._ahead or self._recover:
+            return None
+        streams = list(self.streams)
+        pipe.xreadgroup(self.group, self.consumer, dict.fromkeys(streams, ">"), count=self.count)
+
+        def take(raw: Any) -> None:
+            if isinstance(raw, Exception):
+                self.recover(streams)
+            elif not self._closed:  # (closing, it recovers them all)
+                # A stream given up meanwhile keeps its entries pending, for its new owner.
+                self._ahead += [e for e in self._received(raw) if e.stream in self.streams]
+
+        return take
 
     async def _poll(self) -> list[Entry]:
         """New entries of every stream without waiting."""
@@ -478,6 +507,7 @@ class GroupReader:
         new = [s for s in streams if s not in self.streams]
         await asyncio.gather(*(ensure_group(self.redis, s, self.group) for s in new))
         self.streams = list(streams)
+        self._ahead = [e for e in self._ahead if e.stream in self.streams]
         for stream in [s for s in self._lanes if s not in streams]:
             self._lanes.pop(stream).cancel()
         if self._lanes:  # serving on a cluster: a wait under way reads the new ones too
@@ -522,9 +552,11 @@ class GroupReader:
         consumer's own pending entries there again first.
 
         XREADGROUP ">" never redelivers them to their owner; without this they would wait
-        for another consumer's claim sweep.
+        for another consumer's claim sweep. Entries read ahead there are among them.
         """
-        self._recover.update(self.streams if streams is None else streams)
+        again = set(self.streams if streams is None else streams)
+        self._recover.update(again)
+        self._ahead = [e for e in self._ahead if e.stream not in again]
 
     async def _own_pending(self) -> list[Entry]:
         """This consumer's pending entries of the streams to recover. A stream that answers

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
@@ -34,6 +34,10 @@ from services.bus.connection import (
 
 #: One script call: its keys and its arguments.
 Call = tuple[Sequence[Any], Sequence[Any]]
+
+#: One more command to ride in `Script.run_many`'s pipeline: given the pipeline, it queues
+#: one command and returns what takes that command's answer, or queues none and returns None.
+Rider = Callable[[Any], Callable[[Any], None] | None]
 
 
 #: A node that did not answer: away (a failover) or too slow to wait for.
@@ -76,12 +80,14 @@ class Script:
         *,
         raise_on_error: bool = True,
         patience: Patience | None = None,
+        rider: Rider | None = None,
     ) -> list[Any]:
         """Run the calls in one round trip (per node); results in call order.
 
         With `raise_on_error` False an error of one call is returned in its place; with
         `patience`, a node that answers later than it allows fails its calls with
-        `NodeTooSlow` (`patient_pipeline`).
+        `NodeTooSlow` (`patient_pipeline`). A `rider` adds its command after the first
+        attempt's calls and is handed its answer (an error in its place).
         """
         results: list[Any] = [None] * len(calls)
         todo = list(range(len(calls)))
@@ -89,7 +95,10 @@ class Script:
             pipe = patient_pipeline(client, patience)
             for i in todo:
                 self.queue(pipe, *calls[i])
+            take = rider(pipe) if rider is not None and attempt == 0 else None
             answers = await pipe.execute(raise_on_error=False)
+            if take is not None:
+                take(answers.pop())
             lost = []
             for i, answer in zip(todo, answers, strict=True):
                 if isinstance(answer, NoScriptError) and attempt == 0:
@@ -140,16 +149,19 @@ class Script:
         replicas: int,
         timeout_ms: int,
         node_timeout_s: float | None = None,
+        rider: Rider | None = None,
     ) -> list[tuple[Any, bool]]:
         """Run the calls, then `WAIT replicas timeout_ms` on the connection that ran them
         (`run_replicated`, each node given at most `node_timeout_s`): per call its answer
         (or error) and whether at least `replicas` replicas acknowledged it. Calls that met
         NOSCRIPT are sent again once the script is loaded (every call checks its own head
-        and command id, so that is safe)."""
+        and command id, so that is safe). A `rider` goes after the WAIT, on a single server."""
         commands = [
             (keys[0], ("EVALSHA", self.sha, len(keys), *keys, *args)) for keys, args in calls
         ]
-        out = await run_replicated(client, commands, replicas, timeout_ms, node_timeout_s)
+        out = await run_replicated(
+            client, commands, replicas, timeout_ms, node_timeout_s, rider=rider
+        )
         lost = [i for i, (answer, _) in enumerate(out) if isinstance(answer, NoScriptError)]
         if lost:
             # Loaded on the same connection as the calls, ahead of them (after a failover a
@@ -177,6 +189,8 @@ async def run_replicated(
     replicas: int,
     timeout_ms: int,
     node_timeout_s: float | None = None,
+    *,
+    rider: Rider | None = None,
 ) -> list[tuple[Any, bool]]:
     """Send the commands, then `WAIT replicas timeout_ms` on the connection that sent them.
 
@@ -186,12 +200,13 @@ async def run_replicated(
     node's own connection on a cluster, with no redirection: a command that met MOVED or a
     dropped connection is just not confirmed, and its caller asks again later. With
     `node_timeout_s`, a node that does not answer in time (its host died, and nobody knows
-    yet) costs its own commands a `TimeoutError`, and holds none of the others back.
+    yet) costs its own commands a `TimeoutError`, and holds none of the others back. A
+    `rider` goes in the same pipeline after the WAIT, on a single server only.
     """
     if not isinstance(client, RedisCluster):
         try:
             async with asyncio.timeout(node_timeout_s):
-                return await _replicated(client, None, commands, replicas, timeout_ms)
+                return await _replicated(client, None, commands, replicas, timeout_ms, rider)
         except TimeoutError as exc:
             if node_timeout_s is None:
                 raise
@@ -255,13 +270,17 @@ async def _replicated(
     commands: Sequence[Command],
     replicas: int,
     timeout_ms: int,
+    rider: Rider | None = None,
 ) -> list[tuple[Any, bool]]:
     words = [*(command for _, command in commands), ("WAIT", replicas, timeout_ms)]
     if node is None:
         pipe = client.pipeline(transaction=False)
         for command in words:
             pipe.execute_command(*command)
+        take = rider(pipe) if rider is not None else None
         answers = await pipe.execute(raise_on_error=False)
+        if take is not None:
+            take(answers.pop())
     else:
         if isinstance(client, AgonCluster) and client.is_down(node):
             raise RedisConnectionError(f"node {node.name} is down")

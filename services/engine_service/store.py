@@ -42,7 +42,7 @@ import msgpack
 
 from services.bus.connection import Client
 from services.bus.keys import ENGINE_GROUP, Keys
-from services.bus.scripts import Script
+from services.bus.scripts import Rider, Script
 from services.engine_service.decide import DIGEST_BYTES
 
 #: Game ids whose key names `EventStore` keeps; the cache is emptied when it is full.
@@ -285,13 +285,16 @@ class EventStore:
             raise result
         return result
 
-    async def commit_many(self, commits: Sequence[Commit]) -> list[Outcome]:
+    async def commit_many(
+        self, commits: Sequence[Commit], *, rider: Rider | None = None
+    ) -> list[Outcome]:
         """Many commits in one round trip, each atomic on its own, in order per partition.
 
         Conflicts are returned, not raised, so that the caller can retry just those. With
         `replicas`, a commit that fewer replicas acknowledged within `replica_timeout_ms`
         (or whose call failed, as in a failover) is `Unconfirmed`: its sender must not be
         told, and a later attempt with the same command id finds it done or does it again.
+        A `rider` (the engine's next read) travels with the calls on a single server.
         """
         if not commits:
             return []
@@ -313,10 +316,12 @@ class EventStore:
         ]
         if self.replicas:
             answers = await _COMMIT.run_replicated(
-                self.redis, script_calls, self.replicas, self.replica_timeout_ms
+                self.redis, script_calls, self.replicas, self.replica_timeout_ms, rider=rider
             )
         else:
-            raws = await _COMMIT.run_many(self.redis, script_calls, raise_on_error=False)
+            raws = await _COMMIT.run_many(
+                self.redis, script_calls, raise_on_error=False, rider=rider
+            )
             answers = [(raw, True) for raw in raws]
         out: list[Outcome | None] = [None] * len(commits)
         for call, fence, (raw, confirmed) in zip(calls, fences, answers, strict=True):

@@ -32,6 +32,7 @@ from services.engine_service import EngineService
 from services.gamelog.fold import GameFold
 from services.projector import Projector, models, rebuild, verify
 from tests.conftest import PrimaryAndReplica
+from tests.support.commandstats import calls
 from tests.support.gate import Gate
 
 BOTS = [SeatSpec(kind="bot", name="random"), SeatSpec(kind="bot", name="random")]
@@ -63,7 +64,10 @@ async def test_a_late_reply_is_asked_for_again_with_the_same_id(
     engine = EngineService(redis, keys, secret=b"s")
     async with CommandClient(redis, keys, timeout_s=0.2) as client:
         asking = asyncio.create_task(client.submit(create("g1"), timeout_s=0.2))
-        await asyncio.sleep(0.3)  # the first wait runs out: the command is sent again
+        stream = keys.commands(keys.partition("g1"))
+        async with asyncio.timeout(10):  # the first wait runs out: the command is sent again
+            while await redis.xlen(stream) < 2:
+                await asyncio.sleep(0.02)
         # Every copy (a slow first drain lets the client send a third) ...
         copies = await engine.drain()
         reply = await asking
@@ -250,6 +254,56 @@ async def test_a_stopped_reader_that_goes_on_reads_first_what_it_was_delivered(
     await reader.close()
     again = await reader.read(None)
     assert [e.entry_id for e in again] == [i for i, _ in lost[0][1]]
+
+
+async def read_ahead(redis: aioredis.Redis, reader: GroupReader) -> None:
+    """A write's round trip (a PING here) with the reader's next read riding in it."""
+    pipe = redis.pipeline(transaction=False)
+    pipe.ping()
+    take = reader.read_ahead(pipe)
+    assert take is not None, "a single server: the read rides"
+    answers = await pipe.execute()
+    take(answers.pop())
+
+
+async def test_entries_read_ahead_in_a_writes_round_trip_need_no_read_of_their_own(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    stream = keys.commands(0)
+    reader = engine_reader(redis, keys, stream, "r")
+    await reader.setup()
+    sent = [await redis.xadd(stream, {"m": b"x"}) for _ in range(3)]
+    await read_ahead(redis, reader)
+    before = await calls(redis, "xreadgroup")
+    assert [e.entry_id for e in await reader.read(None)] == sent
+    assert await calls(redis, "xreadgroup") == before, "handed over with no read of its own"
+    assert await reader.read(None) == [], "and only once"
+
+
+async def test_entries_read_ahead_come_once_after_a_recovery_and_stay_for_a_new_owner(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    s0, s1 = keys.commands(0), keys.commands(1)
+    reader = GroupReader(redis, [s0, s1], ENGINE_GROUP, "r", heartbeats=keys.processes())
+    await reader.setup()
+    a, b = await redis.xadd(s0, {"m": b"a"}), await redis.xadd(s1, {"m": b"b"})
+    await read_ahead(redis, reader)
+    # A write of s0's batch failed: its pending entries, a among them, are read again.
+    reader.recover([s0])
+    [own] = await reader.read(None)
+    assert own.entry_id == a
+    await reader.ack([own])
+    later = await reader.read(None)
+    assert [e.entry_id for e in later] == [b], "a came once"
+    await reader.ack(later)
+    # Read ahead, then s1 given up (another member took its partition): what was read
+    # ahead there stays pending with this consumer, for the new owner to claim.
+    c, d = await redis.xadd(s0, {"m": b"c"}), await redis.xadd(s1, {"m": b"d"})
+    await read_ahead(redis, reader)
+    await reader.set_streams([s0])
+    assert [e.entry_id for e in await reader.read(None)] == [c]
+    [row] = await redis.xpending_range(s1, ENGINE_GROUP, "-", "+", 10, consumername="r")
+    assert row["message_id"] == d
 
 
 async def test_what_was_acknowledged_on_a_master_that_died_is_read_again_at_once(

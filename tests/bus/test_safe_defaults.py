@@ -37,6 +37,7 @@ from services.cli import build_parser
 from services.cli.common import replicas_to_wait_for
 from tests.conftest import PrimaryAndReplica
 from tests.support.cluster import RedisClusterProcesses
+from tests.support.commandstats import calls
 from tests.support.faults import FaultLine, Tally, drive, lost_and_doubled, record, settle
 from tests.support.procs import Proc, Processes
 
@@ -85,11 +86,6 @@ async def test_auto_waits_for_a_replica_only_when_the_primary_has_one(
     assert set((await chosen(url, "--ack-replicas", "2")).values()) == {2}
 
 
-async def wait_calls(pair: PrimaryAndReplica) -> int:
-    stats = await pair.redis.info("commandstats")
-    return int(stats.get("cmdstat_wait", {}).get("calls", 0))
-
-
 async def until_exit(proc: Proc, timeout_s: float = ENDS_S) -> int:
     deadline = time.monotonic() + timeout_s
     while proc.alive and time.monotonic() < deadline:
@@ -127,7 +123,7 @@ async def test_up_says_and_beats_what_it_waits_for(
     # Each service said it once, at start.
     assert up_text.count(said) == 4, up_text
     # On a Redis without replicas the services never send WAIT: as fast as before.
-    waits = await wait_calls(pair)
+    waits = await calls(pair.redis, "wait")
     assert waits > 0 if replica else waits == 0, waits
 
 

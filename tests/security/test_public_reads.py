@@ -35,6 +35,7 @@ from services.gamelog.fold import GameFold
 from services.gateway import GatewaySettings, init_app
 from services.projector.write import Write, write
 from tests.security.attacks import report, scale
+from tests.support.commandstats import calls
 from tests.support.gateway import Arena, new_game
 
 pytestmark = pytest.mark.timeout(300)
@@ -81,12 +82,6 @@ async def gateway(arena: Arena, redis_url: str) -> TestClient:
     await client.start_server()
     arena.clients.append(client)
     return client
-
-
-async def hvals_calls(redis: Any) -> int:
-    """HVALS the server ran so far: how result records are read (one per partition)."""
-    stats = await redis.info("commandstats")
-    return int(stats.get("cmdstat_hvals", {}).get("calls", 0))
 
 
 async def _timed(client: TestClient, path: str) -> float:
@@ -145,11 +140,11 @@ async def test_a_leaderboard_burst_does_not_stall_the_gateway(arena: Arena, redi
 async def _per_request(client: TestClient, redis: Any, requests: int) -> tuple[float, float]:
     """Record reads (HVALS) and seconds per leaderboard request, once it is computed."""
     await _timed(client, "/api/leaderboards/teeko")  # computes it, if the results changed
-    before, started = await hvals_calls(redis), time.perf_counter()
+    before, started = await calls(redis, "hvals"), time.perf_counter()
     for _ in range(requests):
         await _timed(client, "/api/leaderboards/teeko")
     seconds = (time.perf_counter() - started) / requests
-    return (await hvals_calls(redis) - before) / requests, seconds
+    return (await calls(redis, "hvals") - before) / requests, seconds
 
 
 async def test_a_leaderboard_request_costs_the_same_at_4x_the_results(

@@ -28,6 +28,7 @@ from services.cli.pipeline import create_games
 from services.dispatcher import TIMEOUT_GRACE_MS, Dispatcher
 from services.engine_service import EngineService
 from services.projector import Projector
+from tests.support.commandstats import calls
 from tests.support.faults import hold_share
 
 SECRET = b"fencing-test-secret"
@@ -152,11 +153,6 @@ async def test_a_repair_is_refused_quietly_where_its_dispatcher_holds_nothing(
     assert await redis.xlen(keys.bot_turns(BOT)) == 1
 
 
-async def script_calls(redis: aioredis.Redis) -> int:
-    stats = await redis.info("commandstats")
-    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("eval", "evalsha"))
-
-
 async def test_a_batch_of_many_calls_holds_back_only_the_refused_partitions_turns(
     redis: aioredis.Redis, keys: Keys
 ) -> None:
@@ -174,9 +170,9 @@ async def test_a_batch_of_many_calls_holds_back_only_the_refused_partitions_turn
     taken = keys.partition(games[len(games) // 2])
     assert a.ownership is not None
     await redis.hset(keys.lease(taken, a.role), "epoch", a.ownership.owned[taken] + 1)
-    before = await script_calls(redis)
+    before = await calls(redis, "eval", "evalsha")
     await a.process(entries)
-    assert await script_calls(redis) - before >= 2, "one call took the whole batch"
+    assert await calls(redis, "eval", "evalsha") - before >= 2, "one call took the whole batch"
     kept = [g for g in games if keys.partition(g) != taken]
     assert await redis.xlen(keys.bot_turns(BOT)) == len(kept)
     for p in keys.all_partitions():

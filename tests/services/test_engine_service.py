@@ -22,7 +22,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from engine import State, game_names, load_game
-from schemas.codec import MAX_ENTRY_BYTES, decode_reply, encode
+from schemas.codec import MAX_ENTRY_BYTES, decode_command, decode_reply, encode
 from schemas.commands import (
     Abort,
     ClaimTimeout,
@@ -52,6 +52,8 @@ from services.engine_service import MAX_DELIVERIES, EngineService, EventStore, G
 from services.engine_service.store import _COMMIT as COMMIT_SCRIPT
 from services.gamelog.checks import chain_problems
 from services.gamelog.fold import _rules as fold_rules
+from tests.conftest import PrimaryAndReplica
+from tests.support.commandstats import calls
 
 SECRET = b"test-secret"
 ROOT = Path(__file__).resolve().parents[2]
@@ -182,6 +184,30 @@ async def play_out(
         reply = await h.reply(cid)
         assert isinstance(reply, Accepted), reply
         seq = reply.seq
+
+
+@pytest.mark.parametrize("replicas", [0, 1])
+async def test_an_engine_reads_its_next_batch_in_its_commits_round_trip(
+    keys: Keys, primary_and_replica: PrimaryAndReplica, replicas: int
+) -> None:
+    """One round trip a batch while commands keep coming: the commit carries the read (after
+    its WAIT where it waits for a replica)."""
+    redis = primary_and_replica.redis
+    if replicas:
+        await primary_and_replica.follow()
+    h = Harness(redis, keys)
+    engine = EngineService(redis, keys, secret=SECRET, replicas=replicas, consumer="e1")
+    await h.create("g1")
+    first = await engine.read_new(None)
+    cid = await h.create("g2")  # sent while the first batch is decided
+    reads = await calls(redis, "xreadgroup")
+    await engine.process(first)
+    assert await calls(redis, "xreadgroup") == reads + 1, "the next read rode with the commit"
+    [second] = await engine.read_new(None)
+    assert await calls(redis, "xreadgroup") == reads + 1, "and no read of its own"
+    assert second.data is not None and decode_command(second.data).command_id == cid
+    await engine.process([second])
+    assert isinstance(await h.reply(cid), Accepted)
 
 
 # -- whole games -------------------------------------------------------------------------
