@@ -67,7 +67,7 @@ log = logging.getLogger("agon.bus")
 #: The pause after a failed batch, so that a Redis that is down is not hammered.
 RETRY_PAUSE_S = 0.5
 #: How many received entry ids a reader remembers, to tell an entry Redis delivered to it
-#: but whose answer it never got; far beyond any batch in flight.
+#: but whose answer it never got; far beyond the two batches in flight (one read ahead).
 SEEN_IDS = 20_000
 #: How often a reader sweeps its streams for entries of dead or stuck consumers (s).
 CLAIM_EVERY_S = 0.5
@@ -363,23 +363,26 @@ class GroupReader:
 
     def read_ahead(self, pipe: Any) -> Callable[[Any], None] | None:
         """Queue in `pipe`, the pipeline of a consumer's write, a read of new entries that
-        does not wait (`scripts.Rider`): the next read hands them over with no round trip
-        of its own. A consumer that writes once a batch then reads in one round trip, not
-        two, while entries keep coming. Nothing is queued on a cluster (its pipeline is
-        one per node), with entries read ahead still to hand over, or own pending entries
-        to read again first (they would come twice). An answer that failed leaves what
-        Redis delivered pending with this consumer: read again first (`recover`)."""
+        does not wait (`scripts.Rider`); the next read hands them over. Nothing is queued
+        on a cluster (its pipeline is one per node), with entries read ahead still to hand
+        over, or own pending entries to read again first (they would come twice). A read
+        whose answer is lost leaves what Redis delivered pending, as any read does."""
         if is_cluster(self.redis) or not self.streams or self._ahead or self._recover:
             return None
-        streams = list(self.streams)
-        pipe.xreadgroup(self.group, self.consumer, dict.fromkeys(streams, ">"), count=self.count)
+        pipe.xreadgroup(
+            self.group, self.consumer, dict.fromkeys(self.streams, ">"), count=self.count
+        )
 
         def take(raw: Any) -> None:
             if isinstance(raw, Exception):
-                self.recover(streams)
-            elif not self._closed:  # (closing, it recovers them all)
-                # A stream given up meanwhile keeps its entries pending, for its new owner.
-                self._ahead += [e for e in self._received(raw) if e.stream in self.streams]
+                return
+            # A stream given up meanwhile keeps its entries pending for its new owner, and
+            # one to recover meanwhile (a claim beside the loop, a close) reads them again.
+            self._ahead += [
+                e
+                for e in self._received(raw)
+                if e.stream in self.streams and e.stream not in self._recover
+            ]
 
         return take
 

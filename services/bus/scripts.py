@@ -35,8 +35,9 @@ from services.bus.connection import (
 #: One script call: its keys and its arguments.
 Call = tuple[Sequence[Any], Sequence[Any]]
 
-#: One more command to ride in `Script.run_many`'s pipeline: given the pipeline, it queues
-#: one command and returns what takes that command's answer, or queues none and returns None.
+#: One more command to ride in a script's pipeline (`Script.run_many`, and after the WAIT
+#: of `run_replicated` on a single server only): given the pipeline, it queues one command
+#: and returns what takes that command's answer, or queues none and returns None.
 Rider = Callable[[Any], Callable[[Any], None] | None]
 
 
@@ -149,13 +150,14 @@ class Script:
         replicas: int,
         timeout_ms: int,
         node_timeout_s: float | None = None,
+        *,
         rider: Rider | None = None,
     ) -> list[tuple[Any, bool]]:
         """Run the calls, then `WAIT replicas timeout_ms` on the connection that ran them
         (`run_replicated`, each node given at most `node_timeout_s`): per call its answer
         (or error) and whether at least `replicas` replicas acknowledged it. Calls that met
         NOSCRIPT are sent again once the script is loaded (every call checks its own head
-        and command id, so that is safe). A `rider` goes after the WAIT, on a single server."""
+        and command id, so that is safe)."""
         commands = [
             (keys[0], ("EVALSHA", self.sha, len(keys), *keys, *args)) for keys, args in calls
         ]

@@ -324,7 +324,6 @@ class EngineService(StreamConsumer):
                 commits.append(commit)
                 decided.append(work)
         try:
-            # The next batch's read rides with the commits: one round trip a batch, not two.
             results = await self.store.commit_many(commits, rider=self.reader.read_ahead)
         except BaseException:
             # Nobody knows which decisions reached the log: forget them all.

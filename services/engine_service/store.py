@@ -294,7 +294,7 @@ class EventStore:
         `replicas`, a commit that fewer replicas acknowledged within `replica_timeout_ms`
         (or whose call failed, as in a failover) is `Unconfirmed`: its sender must not be
         told, and a later attempt with the same command id finds it done or does it again.
-        A `rider` (the engine's next read) travels with the calls on a single server.
+        `rider`: one more command in the same round trip (`Script.run_many`).
         """
         if not commits:
             return []

@@ -280,6 +280,25 @@ async def test_entries_read_ahead_in_a_writes_round_trip_need_no_read_of_their_o
     assert await reader.read(None) == [], "and only once"
 
 
+async def test_entries_read_ahead_while_their_stream_came_to_recover_come_once(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    stream = keys.commands(0)
+    reader = engine_reader(redis, keys, stream, "r")
+    await reader.setup()
+    sent = await redis.xadd(stream, {"m": b"x"})
+    pipe = redis.pipeline(transaction=False)
+    take = reader.read_ahead(pipe)
+    assert take is not None
+    [answer] = await pipe.execute()
+    reader.recover()  # a claim beside the loop took entries while the write was under way
+    take(answer)
+    [own] = await reader.read(None)
+    assert own.entry_id == sent
+    await reader.ack([own])
+    assert await reader.read(None) == [], "it came once"
+
+
 async def test_entries_read_ahead_come_once_after_a_recovery_and_stay_for_a_new_owner(
     redis: aioredis.Redis, keys: Keys
 ) -> None:

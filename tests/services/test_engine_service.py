@@ -190,8 +190,7 @@ async def play_out(
 async def test_an_engine_reads_its_next_batch_in_its_commits_round_trip(
     keys: Keys, primary_and_replica: PrimaryAndReplica, replicas: int
 ) -> None:
-    """One round trip a batch while commands keep coming: the commit carries the read (after
-    its WAIT where it waits for a replica)."""
+    """The commit carries the next read, with or without a replica to wait for."""
     redis = primary_and_replica.redis
     if replicas:
         await primary_and_replica.follow()
