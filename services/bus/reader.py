@@ -12,8 +12,8 @@ stream costs a third of the throughput there, measured). On a cluster, reads tha
 wait go stream by stream in one pipeline, and waiting uses one blocking XREADGROUP per
 stream ("lanes", each on its own connection), fanned into one buffer; a lane holds at most
 one unread batch. `read(None)` never waits: the drain ("burst") mode of tests and benchmarks.
-On a single server a consumer that writes once a batch (the engine's commit) reads its
-next batch in that write's round trip (`read_ahead`): one round trip a batch, not two.
+On a single server a consumer reads its next batch in the round trip of its batch's last
+write (`read_ahead`): the engine's commit, everyone else's `ack`.
 
 Dead consumers are noticed in about a second, not minutes: every running consumer beats
 (`services.bus.presence`) every 0.175 s; a sweep every half second claims (XCLAIM)
@@ -743,6 +743,7 @@ class GroupReader:
         return streams, await pipe.execute(raise_on_error=False)
 
     async def ack(self, entries: Sequence[Entry]) -> None:
+        """Acknowledge the entries; the next batch's read rides along (`read_ahead`)."""
         by_stream: dict[str, list[bytes]] = {}
         for e in entries:
             by_stream.setdefault(e.stream, []).append(e.entry_id)
@@ -751,7 +752,13 @@ class GroupReader:
         pipe = self.redis.pipeline(transaction=False)
         for stream, ids in by_stream.items():
             pipe.xack(stream, self.group, *ids)
-        await pipe.execute()
+        take = self.read_ahead(pipe)
+        answers = await pipe.execute(raise_on_error=False)
+        if take is not None:
+            take(answers.pop())
+        for answer in answers:
+            if isinstance(answer, Exception):
+                raise answer
 
     async def lag(self) -> tuple[int, int]:
         """(entries not yet delivered to the group, entries pending) over every stream."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 import msgpack
@@ -256,6 +256,20 @@ async def test_a_stopped_reader_that_goes_on_reads_first_what_it_was_delivered(
     assert [e.entry_id for e in again] == [i for i, _ in lost[0][1]]
 
 
+@pytest.fixture
+async def closing() -> AsyncIterator[Callable[[GroupReader], GroupReader]]:
+    """Readers closed at the end of the test: a claim pass a read started stops with it."""
+    opened: list[GroupReader] = []
+
+    def add(reader: GroupReader) -> GroupReader:
+        opened.append(reader)
+        return reader
+
+    yield add
+    for reader in opened:
+        await reader.close()
+
+
 async def read_ahead(redis: aioredis.Redis, reader: GroupReader) -> None:
     """A write's round trip (a PING here) with the reader's next read riding in it."""
     pipe = redis.pipeline(transaction=False)
@@ -267,10 +281,10 @@ async def read_ahead(redis: aioredis.Redis, reader: GroupReader) -> None:
 
 
 async def test_entries_read_ahead_in_a_writes_round_trip_need_no_read_of_their_own(
-    redis: aioredis.Redis, keys: Keys
+    redis: aioredis.Redis, keys: Keys, closing: Callable[[GroupReader], GroupReader]
 ) -> None:
     stream = keys.commands(0)
-    reader = engine_reader(redis, keys, stream, "r")
+    reader = closing(engine_reader(redis, keys, stream, "r"))
     await reader.setup()
     sent = [await redis.xadd(stream, {"m": b"x"}) for _ in range(3)]
     await read_ahead(redis, reader)
@@ -280,11 +294,27 @@ async def test_entries_read_ahead_in_a_writes_round_trip_need_no_read_of_their_o
     assert await reader.read(None) == [], "and only once"
 
 
-async def test_entries_read_ahead_while_their_stream_came_to_recover_come_once(
-    redis: aioredis.Redis, keys: Keys
+async def test_an_ack_carries_the_next_read(
+    redis: aioredis.Redis, keys: Keys, closing: Callable[[GroupReader], GroupReader]
 ) -> None:
     stream = keys.commands(0)
-    reader = engine_reader(redis, keys, stream, "r")
+    reader = closing(engine_reader(redis, keys, stream, "r"))
+    await reader.setup()
+    await redis.xadd(stream, {"m": b"a"})
+    first = await reader.read(None)
+    later = await redis.xadd(stream, {"m": b"b"})
+    reads = await calls(redis, "xreadgroup")
+    await reader.ack(first)
+    assert await calls(redis, "xreadgroup") == reads + 1, "the next read rode with the ack"
+    assert [e.entry_id for e in await reader.read(None)] == [later]
+    assert await calls(redis, "xreadgroup") == reads + 1, "and no read of its own"
+
+
+async def test_entries_read_ahead_while_their_stream_came_to_recover_come_once(
+    redis: aioredis.Redis, keys: Keys, closing: Callable[[GroupReader], GroupReader]
+) -> None:
+    stream = keys.commands(0)
+    reader = closing(engine_reader(redis, keys, stream, "r"))
     await reader.setup()
     sent = await redis.xadd(stream, {"m": b"x"})
     pipe = redis.pipeline(transaction=False)
@@ -300,10 +330,10 @@ async def test_entries_read_ahead_while_their_stream_came_to_recover_come_once(
 
 
 async def test_entries_read_ahead_come_once_after_a_recovery_and_stay_for_a_new_owner(
-    redis: aioredis.Redis, keys: Keys
+    redis: aioredis.Redis, keys: Keys, closing: Callable[[GroupReader], GroupReader]
 ) -> None:
     s0, s1 = keys.commands(0), keys.commands(1)
-    reader = GroupReader(redis, [s0, s1], ENGINE_GROUP, "r", heartbeats=keys.processes())
+    reader = closing(GroupReader(redis, [s0, s1], ENGINE_GROUP, "r", heartbeats=keys.processes()))
     await reader.setup()
     a, b = await redis.xadd(s0, {"m": b"a"}), await redis.xadd(s1, {"m": b"b"})
     await read_ahead(redis, reader)

@@ -196,17 +196,20 @@ async def test_an_engine_reads_its_next_batch_in_its_commits_round_trip(
         await primary_and_replica.follow()
     h = Harness(redis, keys)
     engine = EngineService(redis, keys, secret=SECRET, replicas=replicas, consumer="e1")
-    await h.create("g1")
-    first = await engine.read_new(None)
-    cid = await h.create("g2")  # sent while the first batch is decided
-    reads = await calls(redis, "xreadgroup")
-    await engine.process(first)
-    assert await calls(redis, "xreadgroup") == reads + 1, "the next read rode with the commit"
-    [second] = await engine.read_new(None)
-    assert await calls(redis, "xreadgroup") == reads + 1, "and no read of its own"
-    assert second.data is not None and decode_command(second.data).command_id == cid
-    await engine.process([second])
-    assert isinstance(await h.reply(cid), Accepted)
+    try:
+        await h.create("g1")
+        first = await engine.read_new(None)
+        cid = await h.create("g2")  # sent while the first batch is decided
+        reads = await calls(redis, "xreadgroup")
+        await engine.process(first)
+        assert await calls(redis, "xreadgroup") == reads + 1, "the next read rode with the commit"
+        [second] = await engine.read_new(None)
+        assert await calls(redis, "xreadgroup") == reads + 1, "and no read of its own"
+        assert second.data is not None and decode_command(second.data).command_id == cid
+        await engine.process([second])
+        assert isinstance(await h.reply(cid), Accepted)
+    finally:
+        await engine.reader.close()
 
 
 # -- whole games -------------------------------------------------------------------------
