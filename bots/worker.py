@@ -192,7 +192,8 @@ class BotWorker(StreamConsumer):
             del self._unconfirmed[next(iter(self._unconfirmed))]  # claimed by another
         self.moves_sent += len(sent_all) - sum(isinstance(r, BaseException) for r in results)
         self._held = [e for e, r in turns if r.game_id in away]
-        await self.reader.ack([e for e, r in turns if r.game_id not in away])
+        # The next turns ride along unless held ones come first (`tick`).
+        await self.reader.ack([e for e, r in turns if r.game_id not in away], ride=not self._held)
 
     async def tick(self) -> None:
         """Answer the turns a master held back, also while no new turn comes."""

@@ -419,6 +419,7 @@ class StreamConsumer:
         """`run`'s loop beside housekeeping, until `stop`; then leave the groups."""
         done = asyncio.Event()
         name = self.reader.consumer
+        self.reader.riding = True
         housekeeping = asyncio.create_task(self._every(TRIM_EVERY_S, self.housekeeping, done))
         sharing = (
             asyncio.create_task(self._every(ROUND_S, self.rebalance, done, rate=True))
@@ -447,6 +448,10 @@ class StreamConsumer:
                     self.reader.recover()
                     self.forget()
                     await pause_after_failure(self.redis, RETRY_PAUSE_S)
+            # What the last batch's write read ahead is this consumer's: handled, not left.
+            if ahead := self.reader.stop_riding():
+                with contextlib.suppress(*RETRIED_ERRORS):  # (pending: claimed once it left)
+                    await self.handle(ahead)
             await self.settle()
         finally:
             done.set()
@@ -622,5 +627,5 @@ class StreamConsumer:
         await self.redis.xadd(
             self.dead_letter_for(entry), fields, maxlen=DEAD_LETTER_MAXLEN, approximate=True
         )
-        await self.reader.ack([entry])
+        await self.reader.ack([entry], ride=False)
         self.entries_set_aside += 1

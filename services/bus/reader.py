@@ -199,6 +199,8 @@ class GroupReader:
         self._lane_block_ms = 1000
         #: new entries read in another command's round trip (`read_ahead`), for the next read
         self._ahead: list[Entry] = []
+        #: whether reads ride with writes (`read_ahead`): not once its loop stops
+        self.riding = True
 
     async def setup(self) -> None:
         for stream in self.streams:
@@ -367,7 +369,9 @@ class GroupReader:
         on a cluster (its pipeline is one per node), with entries read ahead still to hand
         over, or own pending entries to read again first (they would come twice). A read
         whose answer is lost leaves what Redis delivered pending, as any read does."""
-        if is_cluster(self.redis) or not self.streams or self._ahead or self._recover:
+        if not self.riding or is_cluster(self.redis) or not self.streams:
+            return None
+        if self._ahead or self._recover:
             return None
         pipe.xreadgroup(
             self.group, self.consumer, dict.fromkeys(self.streams, ">"), count=self.count
@@ -385,6 +389,13 @@ class GroupReader:
             ]
 
         return take
+
+    def stop_riding(self) -> list[Entry]:
+        """No read rides with a write any more; what one read ahead, for its consumer to
+        handle before it stops (it would stay pending with a consumer that left)."""
+        self.riding = False
+        ahead, self._ahead = self._ahead, []
+        return ahead
 
     async def _poll(self) -> list[Entry]:
         """New entries of every stream without waiting."""
@@ -742,8 +753,9 @@ class GroupReader:
             pipe.xinfo_consumers(stream, self.group)
         return streams, await pipe.execute(raise_on_error=False)
 
-    async def ack(self, entries: Sequence[Entry]) -> None:
-        """Acknowledge the entries; the next batch's read rides along (`read_ahead`)."""
+    async def ack(self, entries: Sequence[Entry], *, ride: bool = True) -> None:
+        """Acknowledge the entries; with `ride`, the next batch's read rides along
+        (`read_ahead`): an ack that ends a batch, not one in its middle."""
         by_stream: dict[str, list[bytes]] = {}
         for e in entries:
             by_stream.setdefault(e.stream, []).append(e.entry_id)
@@ -752,7 +764,7 @@ class GroupReader:
         pipe = self.redis.pipeline(transaction=False)
         for stream, ids in by_stream.items():
             pipe.xack(stream, self.group, *ids)
-        take = self.read_ahead(pipe)
+        take = self.read_ahead(pipe) if ride else None
         answers = await pipe.execute(raise_on_error=False)
         if take is not None:
             take(answers.pop())

@@ -306,6 +306,7 @@ async def test_an_ack_carries_the_next_read(
     reads = await calls(redis, "xreadgroup")
     await reader.ack(first)
     assert await calls(redis, "xreadgroup") == reads + 1, "the next read rode with the ack"
+    assert (await redis.xpending(stream, ENGINE_GROUP))["pending"] == 1, "the ack landed"
     assert [e.entry_id for e in await reader.read(None)] == [later]
     assert await calls(redis, "xreadgroup") == reads + 1, "and no read of its own"
 
@@ -551,6 +552,37 @@ async def test_a_replicated_script_call_after_script_flush_loads_it_and_is_confi
     assert await replica.mget("a", "b") == [b"2", b"5"]
     # A replica fewer than asked for: done, but not confirmed.
     assert await incr.run_replicated(redis, calls[:1], 2, 50) == [(4, False)]
+
+
+class Stopper(StreamConsumer):
+    """Acknowledges what it reads; in its first batch one more entry comes, and its stop."""
+
+    role = "stopper"
+
+    def __init__(self, redis: aioredis.Redis, keys: Keys, stream: str, stop: asyncio.Event) -> None:
+        self.join(redis, keys, [stream], "g")
+        self.stop = stop
+        self.seen: list[bytes] = []
+
+    async def process(self, entries: Sequence[Entry]) -> None:
+        self.seen += [e.entry_id for e in entries]
+        if len(self.seen) == 1:
+            await self.redis.xadd(self.reader.streams[0], {"m": b"late"})
+            self.stop.set()
+        await self.reader.ack(entries)
+
+
+async def test_a_consumer_that_stops_handles_what_its_last_ack_read_ahead(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    stream = f"{keys.prefix}:work"
+    await redis.xadd(stream, {"m": b"first"})
+    stop = asyncio.Event()
+    consumer = Stopper(redis, keys, stream, stop)
+    async with asyncio.timeout(10):
+        await consumer.run(stop)
+    assert len(consumer.seen) == 2, "what its last ack read ahead was handled"
+    assert (await redis.xpending(stream, "g"))["pending"] == 0
 
 
 class SlotLost(StreamConsumer):
