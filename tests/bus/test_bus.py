@@ -43,6 +43,20 @@ def keys(namespace: str) -> Keys:
     return Keys(prefix=namespace, partitions=4)
 
 
+@pytest.fixture
+async def closing() -> AsyncIterator[Callable[[GroupReader], GroupReader]]:
+    """Readers closed at the end of the test: a claim pass a read started stops with it."""
+    opened: list[GroupReader] = []
+
+    def add(reader: GroupReader) -> GroupReader:
+        opened.append(reader)
+        return reader
+
+    yield add
+    for reader in opened:
+        await reader.close()
+
+
 def create(gid: str) -> CreateGame:
     return CreateGame(command_id=f"create-{gid}", game_id=gid, game="teeko", seats=BOTS)
 
@@ -208,11 +222,11 @@ async def test_the_game_list_filters_and_pages_across_partitions(
 
 
 async def test_entries_delivered_to_a_reader_whose_answer_was_lost_are_taken_back(
-    redis: aioredis.Redis, keys: Keys
+    redis: aioredis.Redis, keys: Keys, closing: Callable[[GroupReader], GroupReader]
 ) -> None:
     await CommandClient(redis, keys).send([create("g1"), create("g2")])
     stream = keys.commands(keys.partition("g1"))
-    reader = engine_reader(redis, keys, stream, "alive")
+    reader = closing(engine_reader(redis, keys, stream, "alive"))
     await reader.setup()
     # Redis delivers to "alive", but the answer never reaches its reader (a dropped
     # connection, and the client retried the read): the entries wait with nobody on them.
@@ -226,16 +240,18 @@ async def test_entries_delivered_to_a_reader_whose_answer_was_lost_are_taken_bac
 
 
 async def test_only_entries_of_a_consumer_that_died_count_as_taken_over(
-    redis: aioredis.Redis, keys: Keys
+    redis: aioredis.Redis, keys: Keys, closing: Callable[[GroupReader], GroupReader]
 ) -> None:
     """An entry stuck with a live consumer (`claim_idle_ms`) is claimed too, but what that
     consumer did with it is not lost: it is no takeover (a bot's clock keeps running)."""
     stream = await g1_sent(redis, keys)
-    stuck = engine_reader(redis, keys, stream, "stuck")
+    stuck = closing(engine_reader(redis, keys, stream, "stuck"))
     assert len(await stuck.read(None)) == 1
     await beat(redis, keys, "stuck", "engine", ENGINE_GROUP)
-    other = GroupReader(
-        redis, [stream], ENGINE_GROUP, "other", heartbeats=keys.processes(), claim_idle_ms=300
+    other = closing(
+        GroupReader(
+            redis, [stream], ENGINE_GROUP, "other", heartbeats=keys.processes(), claim_idle_ms=300
+        )
     )
     await asyncio.sleep(0.4)  # past claim_idle_ms; "stuck" beat 0.4 s ago: alive
     [taken] = await other.reclaim()
@@ -243,31 +259,17 @@ async def test_only_entries_of_a_consumer_that_died_count_as_taken_over(
 
 
 async def test_a_stopped_reader_that_goes_on_reads_first_what_it_was_delivered(
-    redis: aioredis.Redis, keys: Keys
+    redis: aioredis.Redis, keys: Keys, closing: Callable[[GroupReader], GroupReader]
 ) -> None:
     # A service stopped mid-read (its lane cancelled after Redis delivered, before the
     # answer came), then drained: the drain must handle what is pending with its consumer.
     stream = await g1_sent(redis, keys)
-    reader = engine_reader(redis, keys, stream, "alive")
+    reader = closing(engine_reader(redis, keys, stream, "alive"))
     await reader.setup()
     lost: Any = await redis.xreadgroup(ENGINE_GROUP, "alive", {stream: ">"})
     await reader.close()
     again = await reader.read(None)
     assert [e.entry_id for e in again] == [i for i, _ in lost[0][1]]
-
-
-@pytest.fixture
-async def closing() -> AsyncIterator[Callable[[GroupReader], GroupReader]]:
-    """Readers closed at the end of the test: a claim pass a read started stops with it."""
-    opened: list[GroupReader] = []
-
-    def add(reader: GroupReader) -> GroupReader:
-        opened.append(reader)
-        return reader
-
-    yield add
-    for reader in opened:
-        await reader.close()
 
 
 async def read_ahead(redis: aioredis.Redis, reader: GroupReader) -> None:
@@ -368,10 +370,13 @@ async def test_what_was_acknowledged_on_a_master_that_died_is_read_again_at_once
     await engine.heartbeat()
     await engine.setup()
     await redis.xreadgroup(ENGINE_GROUP, "alive", {stream: ">"})  # its XACK lost
-    assert await engine.reader.read(None) == []  # ">" never hands it back
-    now = now_ms()
-    engine.master_away((now - 1000, now), frozenset({key_slot(stream.encode())}))
-    assert await engine.reader.read(None) != []
+    try:
+        assert await engine.reader.read(None) == []  # ">" never hands it back
+        now = now_ms()
+        engine.master_away((now - 1000, now), frozenset({key_slot(stream.encode())}))
+        assert await engine.reader.read(None) != []
+    finally:
+        await engine.reader.close()  # (and the claim pass its reads started)
 
 
 async def test_a_claim_pass_that_failed_is_not_reported_when_its_stopped_reader_is_collected(
