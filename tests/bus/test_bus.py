@@ -272,13 +272,22 @@ async def test_a_stopped_reader_that_goes_on_reads_first_what_it_was_delivered(
     assert [e.entry_id for e in again] == [i for i, _ in lost[0][1]]
 
 
-async def read_ahead(redis: aioredis.Redis, reader: GroupReader) -> None:
+async def started(reader: GroupReader) -> GroupReader:
+    """The reader with its groups made."""
+    await reader.setup()
+    return reader
+
+
+async def read_ahead(
+    redis: aioredis.Redis, reader: GroupReader, meanwhile: Callable[[], None] = lambda: None
+) -> None:
     """A write's round trip (a PING here) with the reader's next read riding in it."""
     pipe = redis.pipeline(transaction=False)
     pipe.ping()
     take = reader.read_ahead(pipe)
     assert take is not None, "a single server: the read rides"
     answers = await pipe.execute()
+    meanwhile()
     take(answers.pop())
 
 
@@ -286,8 +295,7 @@ async def test_entries_read_ahead_in_a_writes_round_trip_need_no_read_of_their_o
     redis: aioredis.Redis, keys: Keys, closing: Callable[[GroupReader], GroupReader]
 ) -> None:
     stream = keys.commands(0)
-    reader = closing(engine_reader(redis, keys, stream, "r"))
-    await reader.setup()
+    reader = await started(closing(engine_reader(redis, keys, stream, "r")))
     sent = [await redis.xadd(stream, {"m": b"x"}) for _ in range(3)]
     await read_ahead(redis, reader)
     before = await calls(redis, "xreadgroup")
@@ -300,8 +308,7 @@ async def test_an_ack_carries_the_next_read(
     redis: aioredis.Redis, keys: Keys, closing: Callable[[GroupReader], GroupReader]
 ) -> None:
     stream = keys.commands(0)
-    reader = closing(engine_reader(redis, keys, stream, "r"))
-    await reader.setup()
+    reader = await started(closing(engine_reader(redis, keys, stream, "r")))
     await redis.xadd(stream, {"m": b"a"})
     first = await reader.read(None)
     later = await redis.xadd(stream, {"m": b"b"})
@@ -317,15 +324,10 @@ async def test_entries_read_ahead_while_their_stream_came_to_recover_come_once(
     redis: aioredis.Redis, keys: Keys, closing: Callable[[GroupReader], GroupReader]
 ) -> None:
     stream = keys.commands(0)
-    reader = closing(engine_reader(redis, keys, stream, "r"))
-    await reader.setup()
+    reader = await started(closing(engine_reader(redis, keys, stream, "r")))
     sent = await redis.xadd(stream, {"m": b"x"})
-    pipe = redis.pipeline(transaction=False)
-    take = reader.read_ahead(pipe)
-    assert take is not None
-    [answer] = await pipe.execute()
-    reader.recover()  # a claim beside the loop took entries while the write was under way
-    take(answer)
+    # A claim beside the loop took entries while the write was under way.
+    await read_ahead(redis, reader, meanwhile=reader.recover)
     [own] = await reader.read(None)
     assert own.entry_id == sent
     await reader.ack([own])
