@@ -67,8 +67,11 @@ log = logging.getLogger("agon.bus")
 #: The pause after a failed batch, so that a Redis that is down is not hammered.
 RETRY_PAUSE_S = 0.5
 #: How many received entry ids a reader remembers, to tell an entry Redis delivered to it
-#: but whose answer it never got; far beyond the two batches in flight (one read ahead).
+#: but whose answer it never got: at least `SEEN_IDS`, and `SEEN_READS` whole reads of its
+#: streams (a read takes up to `count` entries of each; two are in hand, the batch being
+#: handled and one read ahead), however many streams it reads.
 SEEN_IDS = 20_000
+SEEN_READS = 4
 #: How often a reader sweeps its streams for entries of dead or stuck consumers (s).
 CLAIM_EVERY_S = 0.5
 #: How long a read waits for new entries while a sweep is under way (s): what the sweep
@@ -188,7 +191,7 @@ class GroupReader:
         self._notifying: asyncio.Future[None] | None = None
         #: entries this reader received (the newest): Redis may have delivered others to it
         #: whose answer was lost (the client retried the read after a dropped connection)
-        self._received_ids: LRU[tuple[str, bytes], bool] = LRU(SEEN_IDS)
+        self._received_ids: LRU[tuple[str, bytes], bool] = LRU(self._seen_size())
         self._ready = False
         self.sight = Sight()
         #: streams whose own pending entries are read again before new ones (`recover`)
@@ -514,6 +517,9 @@ class GroupReader:
         self.recover()
         self._buffer = []
 
+    def _seen_size(self) -> int:
+        return max(SEEN_IDS, SEEN_READS * self.count * len(self.streams))
+
     async def set_streams(self, streams: Sequence[str]) -> None:
         """Read `streams` from now on (a member's share of the partitions changed): the
         groups of new ones are made; the lanes of streams given up stop, and what they
@@ -521,6 +527,7 @@ class GroupReader:
         new = [s for s in streams if s not in self.streams]
         await asyncio.gather(*(ensure_group(self.redis, s, self.group) for s in new))
         self.streams = list(streams)
+        self._received_ids.size = self._seen_size()
         self._ahead = [e for e in self._ahead if e.stream in self.streams]
         for stream in [s for s in self._lanes if s not in streams]:
             self._lanes.pop(stream).cancel()

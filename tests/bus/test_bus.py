@@ -18,6 +18,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MovedError, RedisClusterException
 
 from schemas.commands import CreateGame, SeatSpec
+from services.bus import reader as reader_module
 from services.bus.clients import CommandClient, QueryClient
 from services.bus.connection import ReplicasBehind
 from services.bus.consumer import StreamConsumer
@@ -237,6 +238,29 @@ async def test_entries_delivered_to_a_reader_whose_answer_was_lost_are_taken_bac
     assert sorted(e.entry_id for e in taken) == sorted(i for i, _ in lost[0][1])
     assert not any(e.taken_over for e in taken), "its own, from no consumer that died"
     assert await reader.reclaim() == [], "entries it received are its own work, not lost"
+
+
+async def test_a_reader_of_many_streams_remembers_every_entry_of_its_reads(
+    redis: aioredis.Redis,
+    keys: Keys,
+    closing: Callable[[GroupReader], GroupReader],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What a reader remembers having received grows with its streams: a whole read still
+    in hand (here 24 entries, against a floor of 4) is its own work, not entries whose
+    answer was lost (a fixed 20,000 ids fell short of two reads of 64 partitions at 256)."""
+    monkeypatch.setattr(reader_module, "SEEN_IDS", 4)
+    streams = [keys.commands(p) for p in range(3)]
+    for stream in streams:
+        for _ in range(8):
+            await redis.xadd(stream, {"m": b"x"})
+    reader = closing(
+        GroupReader(redis, streams, ENGINE_GROUP, "many", heartbeats=keys.processes(), count=8)
+    )
+    await reader.setup()
+    assert len(await reader.read(None)) == 24
+    await asyncio.sleep(0.6)  # idle past dead_idle_ms, far short of claim_idle_ms
+    assert await reader.reclaim() == []
 
 
 async def test_only_entries_of_a_consumer_that_died_count_as_taken_over(
