@@ -307,7 +307,9 @@ class EngineService(StreamConsumer):
             (later if gid in games else this).append(work)
             games.add(gid)
         records, broken = await self._records(games)
-        await self._read_outages(force=any(self._past_due(w, records) for w in this))
+        await self._read_outages(
+            {self.keys.partition(w.command.game_id) for w in this if self._past_due(w, records)}
+        )
         this, later = await self._in_time_first(this, later, records, pending)
         # Events are stamped after the reads: a clock runs from its event's time, and the
         # reads (a cold game's whole log) would otherwise come off the next seat's time.
@@ -632,26 +634,27 @@ class EngineService(StreamConsumer):
                     self._cache_put(rec)
         return found, broken
 
-    async def _read_outages(self, *, force: bool) -> None:
+    async def _read_outages(self, due: set[int]) -> None:
         """Keep the rules' outages current: those of every partition every
         `OUTAGES_EVERY_S`, and before judging a timeout claim or a command that came after
         its deadline (the dispatcher and the bot worker record a spell before they claim
-        or answer after one); those of this engine's partitions (a master that failed over)
-        only then, and after a partition was taken or a master seen failing over, so an
-        engine reads no more per round than one key."""
+        or answer after one) those of its partition too, `due`; those of all this engine's
+        partitions after a partition was taken or a master seen failing over. After a
+        failover most batches hold such a command: each reads its own partitions' spells,
+        not those of every partition the engine holds (a key on each of their masters)."""
         now = time.monotonic()
-        if not (force or self._partition_spells_due) and now < self._outages_due:
+        if not (due or self._partition_spells_due) and now < self._outages_due:
             return
         self._outages_due = now + OUTAGES_EVERY_S
         assert self.rules is not None, "setup() first"
-        each = force or self._partition_spells_due
-        wanted = [None, *self.partitions()] if each else [None]
-        read = self.with_unwritten(await outages.partition_spells(self.redis, self.keys, wanted))
+        wanted = self.partitions() if self._partition_spells_due else sorted(due)
+        read = self.with_unwritten(
+            await outages.partition_spells(self.redis, self.keys, [None, *wanted])
+        )
         self.rules.outages = read.pop(None, self.rules.outages)
-        if each:
-            self._partition_spells_due = False
-            fresh = {p: spells for p, spells in read.items() if p is not None}
-            self.rules.partition_outages = {**self.rules.partition_outages, **fresh}
+        self._partition_spells_due = False
+        fresh = {p: spells for p, spells in read.items() if p in wanted}
+        self.rules.partition_outages = {**self.rules.partition_outages, **fresh}
 
     def _arrived(self, work: Work, now: int | None = None) -> int:
         """When `work` reached its command stream (by Redis's clock), or by the engine's

@@ -755,6 +755,24 @@ async def test_a_move_after_its_deadline_is_judged_with_its_partitions_spells(
     assert isinstance(late, Rejected) and late.code == "too_late", late
 
 
+async def test_a_move_after_its_deadline_reads_the_spells_of_its_own_partition_only(
+    h: Harness, make_engine: Callable[..., EngineService]
+) -> None:
+    """After a failover most batches hold a move past its deadline: each reads the spells
+    of its own partition (and every partition's), not those of every partition it holds,
+    one key on each of their masters."""
+    now = [1_000_000]
+    engine = make_engine(clock=lambda: now[0])
+    await h.create("m0", move_time_ms=2000)
+    await engine.drain()  # seq 4, seat 1 to move; the engine has read its spells
+    (_, move), *_ = random_moves("teeko", seed=3)[0]
+    now[0] += 2100
+    await h.send(h.move("m0", 1, move, 4))
+    before = await calls(h.redis, "zrevrangebyscore")
+    await engine.drain()
+    assert await calls(h.redis, "zrevrangebyscore") - before == 2
+
+
 async def test_a_time_bank_pays_for_overruns_and_every_move_records_its_time(
     h: Harness, make_engine: Callable[..., EngineService]
 ) -> None:
