@@ -59,7 +59,7 @@ from services.bus.presence import (
     group_rows,
     group_totals,
 )
-from services.bus.scripts import UNANSWERED
+from services.bus.scripts import UNANSWERED, execute_riding
 from services.bus.text import as_text, now_ms
 
 log = logging.getLogger("agon.bus")
@@ -374,7 +374,7 @@ class GroupReader:
         whose answer is lost leaves what Redis delivered pending, as any read does."""
         if not self.riding or is_cluster(self.redis) or not self.streams:
             return None
-        if self._ahead or self._recover:
+        if self._ahead or self._recover:  # (entries would come out of order, or twice)
             return None
         pipe.xreadgroup(
             self.group, self.consumer, dict.fromkeys(self.streams, ">"), count=self.count
@@ -771,11 +771,7 @@ class GroupReader:
         pipe = self.redis.pipeline(transaction=False)
         for stream, ids in by_stream.items():
             pipe.xack(stream, self.group, *ids)
-        take = self.read_ahead(pipe) if ride else None
-        answers = await pipe.execute(raise_on_error=False)
-        if take is not None:
-            take(answers.pop())
-        for answer in answers:
+        for answer in await execute_riding(pipe, self.read_ahead if ride else None):
             if isinstance(answer, Exception):
                 raise answer
 

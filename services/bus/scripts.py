@@ -41,6 +41,16 @@ Call = tuple[Sequence[Any], Sequence[Any]]
 Rider = Callable[[Any], Callable[[Any], None] | None]
 
 
+async def execute_riding(pipe: Any, rider: Rider | None) -> list[Any]:
+    """`pipe`'s answers, errors in their place; `rider`'s command (if it queues one) goes
+    last, and its answer is handed to it rather than returned."""
+    take = rider(pipe) if rider is not None else None
+    answers: list[Any] = await pipe.execute(raise_on_error=False)
+    if take is not None:
+        take(answers.pop())
+    return answers
+
+
 #: A node that did not answer: away (a failover) or too slow to wait for.
 UNANSWERED: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, TimeoutError)
 
@@ -96,10 +106,7 @@ class Script:
             pipe = patient_pipeline(client, patience)
             for i in todo:
                 self.queue(pipe, *calls[i])
-            take = rider(pipe) if rider is not None and attempt == 0 else None
-            answers = await pipe.execute(raise_on_error=False)
-            if take is not None:
-                take(answers.pop())
+            answers = await execute_riding(pipe, rider if attempt == 0 else None)
             lost = []
             for i, answer in zip(todo, answers, strict=True):
                 if isinstance(answer, NoScriptError) and attempt == 0:
@@ -279,10 +286,7 @@ async def _replicated(
         pipe = client.pipeline(transaction=False)
         for command in words:
             pipe.execute_command(*command)
-        take = rider(pipe) if rider is not None else None
-        answers = await pipe.execute(raise_on_error=False)
-        if take is not None:
-            take(answers.pop())
+        answers = await execute_riding(pipe, rider)
     else:
         if isinstance(client, AgonCluster) and client.is_down(node):
             raise RedisConnectionError(f"node {node.name} is down")
