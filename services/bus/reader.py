@@ -564,8 +564,6 @@ class GroupReader:
         if claimed:
             log.info("%s: took over %d entries of the partitions it owns", self.consumer, claimed)
             self.recover()
-            if self._lanes:  # a wait under way on a cluster ends: the next read takes them
-                self._nudge()
         return claimed
 
     def recover(self, streams: Sequence[str] | None = None) -> None:
@@ -578,6 +576,8 @@ class GroupReader:
         again = set(self.streams if streams is None else streams)
         self._recover.update(again)
         self._ahead = [e for e in self._ahead if e.stream not in again]
+        if again and self._lanes:  # a wait under way on a cluster ends: the next read
+            self._nudge()  # reads them (after a failover, not up to a claim pass later)
 
     async def _own_pending(self) -> list[Entry]:
         """This consumer's pending entries of the streams to recover. A stream that answers

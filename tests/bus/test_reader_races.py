@@ -99,3 +99,39 @@ async def test_a_partition_taken_during_a_wait_is_read_within_that_wait(
     finally:
         await reader.close()
         await redis.aclose()
+
+
+async def test_a_stream_to_recover_during_a_wait_is_read_within_that_wait(
+    cluster_url: ClusterTarget,
+) -> None:
+    """After a failover (`StreamConsumer.master_away`) a consumer reads its own pending
+    entries on the promoted master again: a read whose answer the dead master never sent
+    left them pending with it. That read came only after the wait under way, up to the
+    next claim pass (0.5 s): in a kill-host run, a live engine's move waited 1.05 s."""
+    redis = await connect(cluster_url.url)
+    keys = Keys(prefix=cluster_url.prefix)
+    stream = keys.commands(3)
+    reader = GroupReader(
+        redis, [stream], ENGINE_GROUP, "me", heartbeats=keys.processes(), claim_every_s=600
+    )
+    try:
+        await ensure_group(redis, stream, ENGINE_GROUP)
+        await redis.xadd(stream, {"m": b"lost"})
+        await redis.xreadgroup(ENGINE_GROUP, "me", {stream: ">"})  # its answer never came
+        assert await reader.read(None) == []
+        await reader.claimed_so_far()  # the next claim pass is 600 s away
+
+        async def next_batch() -> list[Entry]:
+            while not (batch := await reader.read(600_000)):
+                pass
+            return batch
+
+        waiting = asyncio.ensure_future(next_batch())
+        await asyncio.sleep(0.2)  # (the wait is under way)
+        reader.recover([stream])
+        batch = await asyncio.wait_for(waiting, 10)
+        assert [e.data for e in batch] == [b"lost"]
+        await reader.ack(batch)
+    finally:
+        await reader.close()
+        await redis.aclose()
