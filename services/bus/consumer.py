@@ -268,9 +268,7 @@ class StreamConsumer:
         reached the replica that took over: those entries are pending with it again, and
         `>` never hands them back; it reads its own pending there first (else they would
         wait `claim_idle_ms` for a claim)."""
-        self.reader.recover(
-            [s for s in self.reader.streams if key_slot(s.encode()) in slots], now=True
-        )
+        self.reader.recover([s for s in self.reader.streams if key_slot(s.encode()) in slots])
         # And a claim pass now: the dead consumers' entries there could not be claimed
         # while the master was away (a killed bot worker's turns, on its inbox's master).
         self.reader.claim_at(0.0)

@@ -563,25 +563,21 @@ class GroupReader:
         claimed = sum(len(ids) for ids in await pipe.execute())
         if claimed:
             log.info("%s: took over %d entries of the partitions it owns", self.consumer, claimed)
-            self.recover(now=True)
+            self.recover()
         return claimed
 
-    def recover(self, streams: Sequence[str] | None = None, *, now: bool = False) -> None:
+    def recover(self, streams: Sequence[str] | None = None) -> None:
         """After a failed batch (or a read or write of `streams` that failed): read this
         consumer's own pending entries there again first.
 
         XREADGROUP ">" never redelivers them to their owner; without this they would wait
-        for another consumer's claim sweep. Entries read ahead there are among them. With
-        `now` (their master answers: a claim there, a failover that settled), a wait under
-        way on a cluster ends and the next read takes them, not one up to a claim pass
-        later; without it, a read right after a failure would go to a master that may
-        not answer yet, holding back every other stream's entries.
+        for another consumer's claim sweep. Entries read ahead there are among them.
         """
         again = set(self.streams if streams is None else streams)
         self._recover.update(again)
         self._ahead = [e for e in self._ahead if e.stream not in again]
-        if now and again and self._lanes:
-            self._nudge()
+        if again and self._lanes:  # a wait under way on a cluster ends: the next read
+            self._nudge()  # reads them (after a failover, not up to a claim pass later)
 
     async def _own_pending(self) -> list[Entry]:
         """This consumer's pending entries of the streams to recover. A stream that answers

@@ -128,7 +128,7 @@ async def test_a_stream_to_recover_during_a_wait_is_read_within_that_wait(
 
         waiting = asyncio.ensure_future(next_batch())
         await asyncio.sleep(0.2)  # (the wait is under way)
-        reader.recover([stream], now=True)  # (what `master_away` does)
+        reader.recover([stream])
         batch = await asyncio.wait_for(waiting, 10)
         assert [e.data for e in batch] == [b"lost"]
         await reader.ack(batch)
