@@ -38,8 +38,14 @@ HUMANS: list[dict[str, dict[str, str]]] = [{"human": {}}, {"human": {}}]
 
 
 # -- cross-site forms ------------------------------------------------------------------
-async def game_count(client: TestClient) -> int:
-    return len((await (await client.get("/api/games?limit=100")).json())["games"])
+async def listed(client: TestClient) -> list[str]:
+    """The ids the game list shows: a projection, so a new game shows up a moment later."""
+    return [g["id"] for g in (await (await client.get("/api/games?limit=100")).json())["games"]]
+
+
+async def _has(client: TestClient, gid: str) -> list[str]:
+    ids = await listed(client)
+    return ids if gid in ids else []
 
 
 async def test_a_form_from_another_site_creates_no_game_and_plays_no_move(
@@ -47,7 +53,9 @@ async def test_a_form_from_another_site_creates_no_game_and_plays_no_move(
 ) -> None:
     created = await new_game(client)
     gid, token = created["id"], created["tokens"][0]
-    before, seq = await game_count(client), (await view(client, gid))["seq"]
+    # Count only once the list shows the new game, or it may show up between the counts.
+    before = len(await until(lambda: _has(client, gid)))
+    seq = (await view(client, gid))["seq"]
     new = json.dumps({"game": "teeko", "seats": HUMANS})
     move = json.dumps({"move": "C3", "seq": seq, "token": token})
     attempts = [  # what `curl -d` and a cross-site <form> send, and a type-less body
@@ -67,7 +75,7 @@ async def test_a_form_from_another_site_creates_no_game_and_plays_no_move(
         answer = await resp.json()
         answers.append((resp.status, answer.get("code", "")))
         messages.append(answer.get("message", ""))
-    after, now = await game_count(client), (await view(client, gid))["seq"]
+    after, now = len(await listed(client)), (await view(client, gid))["seq"]
     refused = sum(a == (415, "unsupported_media_type") for a in answers)
     held = refused == len(attempts) and after == before and now == seq
     report(
