@@ -186,6 +186,13 @@ class GroupReader:
         #: what this consumer read as its own pending since the last claim pass began: a
         #: pass that claimed it too does not hand it over again
         self._own_read: set[tuple[str, bytes]] = set()
+        #: the entries the claim pass under way asked XCLAIM for (from before it sent it):
+        #: a read of this consumer's own pending that Redis answered after the XCLAIM finds
+        #: them its own, and they are the pass's to hand over, as taken over
+        self._taking: set[tuple[str, bytes]] = set()
+        #: own pending entries read while the pass under way was taking them, handed over
+        #: as it ends: as what it took if it took them, else as this consumer's own
+        self._held_back: list[Entry] = []
         #: stopped (`close`) until the next read: nothing brings a claim pass forward
         self._closed = False
         self._notifying: asyncio.Future[None] | None = None
@@ -285,7 +292,7 @@ class GroupReader:
     def _start_claim(self) -> None:
         """Start a claim pass beside the reads."""
         self._next_claim = time.monotonic() + self.claim_every_s
-        self._own_read = set()
+        self._own_read, self._taking = set(), set()
         self._claiming = asyncio.create_task(self._pass())
         self._claiming.add_done_callback(self._claimed)
 
@@ -293,7 +300,7 @@ class GroupReader:
         """A claim pass beside the reads: the next comes as the soonest of the others
         holding entries would die by its beat (if it does), not up to
         `claim_every_s` after (a killed bot worker's turns)."""
-        took, death_ms = await self._reclaim()
+        took, death_ms = await self._reclaim(self._taking)
         if death_ms is not None:
             self.claim_at(time.monotonic() + (death_ms - now_ms()) / 1000)
         return took
@@ -308,9 +315,14 @@ class GroupReader:
 
     def _collect(self, task: asyncio.Task[list[Entry]]) -> None:
         """Keep what a finished claim pass took for the next read, but what this consumer
-        read as its own pending meanwhile (it was handed over then)."""
+        read as its own pending meanwhile (it was handed over then); and after it, the own
+        pending entries held back for it that it did not take."""
         self._claiming = None
-        took = [e for e in self._claim_result(task) if (e.stream, e.entry_id) not in self._own_read]
+        result = self._claim_result(task)
+        took = [e for e in result if (e.stream, e.entry_id) not in self._own_read]
+        taken = {(e.stream, e.entry_id) for e in result}
+        took += [e for e in self._held_back if (e.stream, e.entry_id) not in taken]
+        self._held_back, self._taking = [], set()
         if took:
             self._took.extend(took)
             self._nudge()
@@ -506,6 +518,7 @@ class GroupReader:
         if self._claiming is not None:
             lanes.append(self._claiming)  # what it claimed stays pending with this consumer
         self._lanes, self._claiming, self._took, self._closed = {}, None, [], True
+        self._held_back, self._taking = [], set()
         if self._due is not None:
             self._due.cancel()
             self._due = None
@@ -594,7 +607,7 @@ class GroupReader:
             entries = self._received(raw)
             if not entries:
                 self._recover.clear()
-            return entries
+            return self._not_taken(entries)
         pipe = self.redis.pipeline(transaction=False)
         for stream in streams:
             pipe.xreadgroup(self.group, self.consumer, {stream: "0"}, count=self.count)
@@ -608,6 +621,24 @@ class GroupReader:
             if not entries:
                 self._recover.discard(stream)
             out.extend(entries)
+        return self._not_taken(out)
+
+    def _not_taken(self, own: list[Entry]) -> list[Entry]:
+        """Of the own pending entries a read found, those no claim pass took: a pass that
+        ran beside the read (master_away's recovery and its claim pass now, at once) may
+        have claimed a dead consumer's entry before Redis answered the read, and it is the
+        pass's to hand over, as taken over (`Entry.taken_over`: a bot worker gives the
+        bot's clock back), once. One it took and kept for the next read is left out; one
+        the pass under way is taking waits for it (`_collect`)."""
+        took = {(e.stream, e.entry_id) for e in self._took}
+        out: list[Entry] = []
+        for e in own:
+            if (e.stream, e.entry_id) in took:
+                continue
+            if (e.stream, e.entry_id) in self._taking:
+                self._held_back.append(e)
+            else:
+                out.append(e)
         return out
 
     async def dead_consumers(self, names: set[str]) -> set[str]:
@@ -651,9 +682,11 @@ class GroupReader:
         """
         return (await self._reclaim())[0]
 
-    async def _reclaim(self) -> tuple[list[Entry], int | None]:
+    async def _reclaim(
+        self, taking: set[tuple[str, bytes]] | None = None
+    ) -> tuple[list[Entry], int | None]:
         """`reclaim`, and when the soonest of the others holding entries dies by its beat
-        (`_judge`)."""
+        (`_judge`). What it asks XCLAIM for is noted in `taking` before it is sent."""
         idle = min(self.dead_idle_ms, self.claim_idle_ms)
         streams = list(self.streams)  # a rebalance may change them while this waits
         pipe = self.redis.pipeline(transaction=False)
@@ -693,6 +726,8 @@ class GroupReader:
                     take.setdefault(stream, []).append((row["message_id"], n, owner in dead))
         if not take:
             return [], death_ms
+        if taking is not None:
+            taking.update((stream, i) for stream, ids in take.items() for i, _, _ in ids)
         pipe = self.redis.pipeline(transaction=False)
         for stream, ids in take.items():
             pipe.xclaim(stream, self.group, self.consumer, idle, [i for i, _, _ in ids])

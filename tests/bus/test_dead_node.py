@@ -31,6 +31,7 @@ from schemas.codec import FIELD, FIELD_BYTES, decode_command, decode_turn, encod
 from schemas.commands import PlayMove
 from schemas.tokens import bot_token
 from schemas.turns import TurnRequest
+from services.bus import presence
 from services.bus.clients import CommandClient
 from services.bus.connection import (
     NEVER,
@@ -60,7 +61,7 @@ from services.bus.presence import (
     beat_value,
     processes,
 )
-from services.bus.reader import GroupReader
+from services.bus.reader import Entry, GroupReader
 from services.bus.text import now_ms
 from services.cli.pipeline import create_games
 from services.engine_service import EngineService
@@ -985,14 +986,30 @@ async def test_learning_the_slots_again_does_not_ask_a_master_counted_down(
         assert client._initialize is False
 
 
+@pytest.mark.parametrize("own_read", ["first", "after the claim"])
 async def test_a_master_back_from_away_has_a_waiting_reader_sweep_at_once(
     cluster: tuple[RedisClusterProcesses, AgonCluster],
+    monkeypatch: pytest.MonkeyPatch,
+    own_read: str,
 ) -> None:
     """A dead consumer's entries on a master that failed over cannot be claimed while it
     is away (a killed host's bot worker held turns on its inbox's master). Told the master
     is back (`master_away`), a consumer sweeps at once, even while its read waits for new
-    entries, not a sweep period later."""
+    entries, not a sweep period later.
+
+    `master_away` also reads the consumer's own pending entries there again, beside the
+    sweep: Redis may answer that read after the sweep's XCLAIM (its pipeline opening a
+    connection first, the lanes holding the others; once in a run of the file), and the
+    entry is then pending with this consumer too; it is handed over as taken over all the
+    same, and once."""
     _, client = cluster
+    # Every master answers here: the sweep's one read of the beats must judge, as there is
+    # no other sweep within the test (`claim_every_s`). It waits for both copies, not the
+    # `COPY_GRACE_S` (0.1 s) a dead master's copy gets after the other answered: a stall of
+    # this process there (a full garbage collection takes 0.1-0.2 s once the whole file
+    # has run) can cut the live copy off, the one read alone holds no fresh beat (nobody
+    # beats here), and the sweep judges nobody dead; the next one is 30 s away.
+    monkeypatch.setattr(presence, "COPY_GRACE_S", 60.0)
     keys = Keys(prefix="away", partitions=4)
     engine = EngineService(client, keys, consumer="alive", secret=SECRET)
     engine.reader.claim_every_s = 30.0
@@ -1006,6 +1023,19 @@ async def test_a_master_back_from_away_has_a_waiting_reader_sweep_at_once(
     await client.xadd(stream, {FIELD: b"x"})
     (held,) = await ghost.read(None)  # it dies holding the entry: it never beats
     await asyncio.sleep(0.6)  # past dead_idle_ms
+    if own_read == "after the claim":
+        own_pending = engine.reader._own_pending
+
+        async def after_the_claim() -> list[Entry]:
+            monkeypatch.setattr(engine.reader, "_own_pending", own_pending)  # (once)
+            async with asyncio.timeout(3):
+                while not await client.xpending_range(
+                    stream, ENGINE_GROUP, "-", "+", 1, consumername="alive"
+                ):
+                    await asyncio.sleep(0.01)
+            return await own_pending()
+
+        monkeypatch.setattr(engine.reader, "_own_pending", after_the_claim)
     reading = asyncio.ensure_future(engine.reader.read(10_000))
     await asyncio.sleep(0.2)
     assert not reading.done()
