@@ -196,12 +196,9 @@ class BotWorker(StreamConsumer):
         await self.reader.ack([e for e, r in turns if r.game_id not in away], ride=not self._held)
 
     async def tick(self) -> None:
-        """Answer the turns a master held back, also while no new turn comes, together with
-        the turns waiting now (taken over from a dead worker first): trying the held ones
-        again waits on their master (`NODE_PATIENCE_S` while it answers nothing), and a turn
-        that waited behind that retry instead of going with it lost as much again."""
+        """Answer the turns a master held back, also while no new turn comes."""
         if self._held:
-            await self.handle(await self.reader.read(None))
+            await self.process([])
 
     def forget(self) -> None:
         self._positions.clear()

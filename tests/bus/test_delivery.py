@@ -155,26 +155,6 @@ async def test_a_batch_with_a_turn_a_master_held_back_is_not_paced(
     assert arena.worker.moves_sent == 2
 
 
-async def test_turns_waiting_go_with_the_retry_of_a_held_one_not_after_it(
-    redis: aioredis.Redis, keys: Keys
-) -> None:
-    """Trying a held turn again waits on its master while that answers nothing. A turn that
-    came in meanwhile (or was taken over from a dead worker) goes in the same batch: behind
-    a retry of its own it waited that long again (a kill-host run's slowest game: taken
-    over at +0.70 s, answered at +1.19 s, after a retry of the dead master's turn)."""
-    arena = Arena(redis, keys)
-    await arena.worker.setup()
-    await arena.start("h3")
-    arena.worker._held = await arena.worker.reader.read(None)  # as a silent master left it
-    await arena.start("h4")
-    await arena.worker.tick()
-    assert arena.worker.moves_sent == 2, "the waiting turn was left for after the retry"
-    assert arena.worker._held == []
-    await arena.engine.drain()
-    for gid in ("h3", "h4"):
-        assert isinstance((await arena.query.events(gid))[-1], MovePlayed), gid
-
-
 async def test_a_served_bot_s_turn_the_platform_never_delivered_ends_as_interrupted(
     redis: aioredis.Redis, keys: Keys
 ) -> None:
